@@ -1,0 +1,44 @@
+package queue
+
+import (
+	"math"
+	"math/rand/v2"
+	"time"
+)
+
+// Backoff is exponential retry backoff with jitter, capped.
+type Backoff struct {
+	// Base is the delay before the first retry. Defaults to 1s.
+	Base time.Duration
+	// Max caps the delay. Defaults to 1h.
+	Max time.Duration
+	// Jitter is the fraction of the delay that is randomized, 0–1. Defaults to 0.2: the
+	// delay is drawn from [d·0.8, d].
+	Jitter float64
+}
+
+// DefaultBackoff is the retry policy used when none is configured.
+var DefaultBackoff = Backoff{Base: time.Second, Max: time.Hour, Jitter: 0.2}
+
+// Delay returns the delay before retrying after the given attempt (1 for the first).
+func (b Backoff) Delay(attempt int) time.Duration {
+	base, maxD, jitter := b.Base, b.Max, b.Jitter
+	if base <= 0 {
+		base = DefaultBackoff.Base
+	}
+	if maxD <= 0 {
+		maxD = DefaultBackoff.Max
+	}
+	if jitter <= 0 || jitter > 1 {
+		jitter = DefaultBackoff.Jitter
+	}
+	if attempt < 1 {
+		attempt = 1
+	}
+	d := float64(base) * math.Pow(2, float64(attempt-1))
+	if d > float64(maxD) || math.IsInf(d, 0) {
+		d = float64(maxD)
+	}
+	d -= d * jitter * rand.Float64()
+	return time.Duration(d)
+}

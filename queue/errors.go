@@ -1,0 +1,74 @@
+package queue
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Sentinel errors. Compare with errors.Is.
+var (
+	// ErrLeaseLost means the lease named by (job id, lease generation) is no longer held:
+	// the reaper revoked it, an operator requeued or cancelled the job, or the job already
+	// reached another state. The database rejected the write; nothing was changed.
+	ErrLeaseLost = errors.New("lease lost")
+	// ErrNotFound means no row has the given id.
+	ErrNotFound = errors.New("not found")
+	// ErrKeyReuse means an idempotency key was reused with a different request.
+	ErrKeyReuse = errors.New("idempotency key reused with a different request")
+	// ErrInvalid is wrapped by every ValidationError.
+	ErrInvalid = errors.New("invalid input")
+	// ErrWrongState means an operator action does not apply to the job's current state.
+	ErrWrongState = errors.New("job is in the wrong state for this action")
+)
+
+// ValidationError names the field that was wrong and why. It matches ErrInvalid.
+type ValidationError struct {
+	Field  string
+	Reason string
+}
+
+func (e *ValidationError) Error() string { return fmt.Sprintf("invalid %s: %s", e.Field, e.Reason) }
+
+// Is makes errors.Is(err, ErrInvalid) true for every ValidationError.
+func (e *ValidationError) Is(target error) bool { return target == ErrInvalid }
+
+func invalid(field, format string, args ...any) error {
+	return &ValidationError{Field: field, Reason: fmt.Sprintf(format, args...)}
+}
+
+// PostgreSQL error codes translated by this package.
+const (
+	CodeUniqueViolation     = "23505"
+	CodeSerialization       = "40001"
+	CodeDeadlock            = "40P01"
+	CodeLockNotAvailable    = "55P03"
+	CodeUndefinedTable      = "42P01"
+	CodeAdminShutdown       = "57P01"
+	CodeCheckViolation      = "23514"
+	CodeForeignKeyViolation = "23503"
+)
+
+// IsUniqueViolation reports whether err is a unique-constraint violation, and if
+// constraint is not empty, of that constraint.
+func IsUniqueViolation(err error, constraint string) bool {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != CodeUniqueViolation {
+		return false
+	}
+	return constraint == "" || pe.ConstraintName == constraint
+}
+
+// PgCode returns the SQLSTATE of err, or "" when err is not a PostgreSQL error.
+func PgCode(err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code
+	}
+	return ""
+}
+
+// IsUndefinedTable reports whether err says a table does not exist, which usually means
+// the migrations have not been applied.
+func IsUndefinedTable(err error) bool { return PgCode(err) == CodeUndefinedTable }

@@ -1,0 +1,110 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// LeaseEventKind names what happened to a lease. The kinds are the contract of
+// fenceq_lease_events.kind.
+type LeaseEventKind string
+
+// Lease event kinds.
+const (
+	// EventRevoked: the reaper or an operator took the lease away and bumped the generation.
+	EventRevoked LeaseEventKind = "revoked"
+	// EventStaleWriteRejected: a write under an old generation matched nothing.
+	EventStaleWriteRejected LeaseEventKind = "stale_write_rejected"
+	// EventExpiredHolderAlive: a lease expired while its holder process still heartbeated.
+	EventExpiredHolderAlive LeaseEventKind = "expired_holder_alive"
+	// EventHeartbeatLost: a holder's heartbeat found its lease gone.
+	EventHeartbeatLost LeaseEventKind = "heartbeat_lost"
+)
+
+// LeaseEventKinds lists every kind.
+var LeaseEventKinds = []LeaseEventKind{EventRevoked, EventStaleWriteRejected, EventExpiredHolderAlive, EventHeartbeatLost}
+
+// LeaseEvent is one row of fenceq_lease_events.
+type LeaseEvent struct {
+	ID       int64          `json:"id"`
+	JobID    int64          `json:"job_id"`
+	LeaseGen int64          `json:"lease_gen"`
+	WorkerID *string        `json:"worker_id"`
+	Kind     LeaseEventKind `json:"kind"`
+	Detail   *string        `json:"detail"`
+	At       time.Time      `json:"at"`
+}
+
+const sqlRecordEvents = `
+INSERT INTO fenceq_lease_events (job_id, lease_gen, worker_id, kind, detail)
+SELECT id, gen, $3, $4, $5 FROM unnest($1::bigint[], $2::bigint[]) AS l(id, gen)`
+
+// RecordLeaseEvents records one event of the given kind for each lease.
+func RecordLeaseEvents(ctx context.Context, db DBTX, kind LeaseEventKind, holder, detail string, leases []Lease) error {
+	if len(leases) == 0 {
+		return nil
+	}
+	ids := make([]int64, len(leases))
+	gens := make([]int64, len(leases))
+	for i, l := range leases {
+		ids[i], gens[i] = l.JobID, l.Gen
+	}
+	if _, err := db.Exec(ctx, sqlRecordEvents, ids, gens, holder, string(kind), detail); err != nil {
+		return fmt.Errorf("record %d %s lease events: %w", len(leases), kind, err)
+	}
+	return nil
+}
+
+const sqlCountEvents = `
+SELECT kind, count(*) FROM fenceq_lease_events
+WHERE at > now() - $1::bigint * interval '1 microsecond'
+GROUP BY kind`
+
+// CountLeaseEvents counts lease events by kind over the last window, by the database's
+// clock. Every kind is present in the result, zero when none happened.
+func CountLeaseEvents(ctx context.Context, db DBTX, window time.Duration) (map[LeaseEventKind]int64, error) {
+	rows, err := db.Query(ctx, sqlCountEvents, micros(window))
+	if err != nil {
+		return nil, fmt.Errorf("count lease events: %w", err)
+	}
+	defer rows.Close()
+	out := make(map[LeaseEventKind]int64, len(LeaseEventKinds))
+	for _, k := range LeaseEventKinds {
+		out[k] = 0
+	}
+	for rows.Next() {
+		var k string
+		var n int64
+		if err := rows.Scan(&k, &n); err != nil {
+			return nil, fmt.Errorf("count lease events: %w", err)
+		}
+		out[LeaseEventKind(k)] = n
+	}
+	return out, rows.Err()
+}
+
+const sqlListEvents = `
+SELECT id, job_id, lease_gen, worker_id, kind, detail, at FROM fenceq_lease_events
+WHERE ($1::bigint = 0 OR job_id = $1)
+ORDER BY id DESC LIMIT $2`
+
+// ListLeaseEvents returns the newest lease events, of one job when jobID is not 0.
+func ListLeaseEvents(ctx context.Context, db DBTX, jobID int64, limit int) ([]LeaseEvent, error) {
+	rows, err := db.Query(ctx, sqlListEvents, jobID, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list lease events: %w", err)
+	}
+	defer rows.Close()
+	var out []LeaseEvent
+	for rows.Next() {
+		var e LeaseEvent
+		var k string
+		if err := rows.Scan(&e.ID, &e.JobID, &e.LeaseGen, &e.WorkerID, &k, &e.Detail, &e.At); err != nil {
+			return nil, fmt.Errorf("list lease events: %w", err)
+		}
+		e.Kind = LeaseEventKind(k)
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}

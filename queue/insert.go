@@ -1,0 +1,191 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Defaults applied by Insert and InsertMany to zero-valued fields.
+const (
+	DefaultQueue       = "default"
+	DefaultPriority    = 1
+	DefaultMaxAttempts = 25
+)
+
+// InsertParams describes one job to enqueue. Zero values take the defaults above.
+type InsertParams struct {
+	Queue string
+	Kind  string
+	// Args is a JSON object.
+	Args []byte
+	// Priority: lower runs first, 0–100. Zero means DefaultPriority; use PriorityZero
+	// for a real 0.
+	Priority int
+	// PriorityZero asks for priority 0, which the zero value of Priority cannot express.
+	PriorityZero bool
+	// RunAt schedules the job at an absolute time. It wins over RunIn.
+	RunAt time.Time
+	// RunIn schedules the job this long after the database's now().
+	RunIn       time.Duration
+	MaxAttempts int
+	// UniqueKey, when set, makes a second insert with the same key return the existing
+	// job while the first is not finished (available, scheduled, running, retryable).
+	UniqueKey string
+	// MaxArgsBytes bounds the size of Args; 0 means DefaultMaxArgsBytes.
+	MaxArgsBytes int
+}
+
+// InsertResult is the outcome of Insert.
+type InsertResult struct {
+	Job *JobRow
+	// Existing is true when UniqueKey matched an unfinished job and no row was inserted.
+	Existing bool
+}
+
+func (p *InsertParams) normalize() error {
+	if p.Queue == "" {
+		p.Queue = DefaultQueue
+	}
+	if p.Priority == 0 && !p.PriorityZero {
+		p.Priority = DefaultPriority
+	}
+	if p.MaxAttempts == 0 {
+		p.MaxAttempts = DefaultMaxAttempts
+	}
+	if len(p.Args) == 0 {
+		p.Args = []byte("{}")
+	}
+	if err := ValidateQueue(p.Queue); err != nil {
+		return err
+	}
+	if err := ValidateKind(p.Kind); err != nil {
+		return err
+	}
+	if err := ValidateArgs(p.Args, p.MaxArgsBytes); err != nil {
+		return err
+	}
+	if err := validatePriority(p.Priority); err != nil {
+		return err
+	}
+	if err := validateMaxAttempts(p.MaxAttempts); err != nil {
+		return err
+	}
+	if p.RunIn < 0 {
+		return invalid("run_in", "%s is negative", p.RunIn)
+	}
+	if p.UniqueKey != "" {
+		if err := ValidateUniqueKey("unique_key", p.UniqueKey); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (p *InsertParams) runAt() *time.Time {
+	if p.RunAt.IsZero() {
+		return nil
+	}
+	return &p.RunAt
+}
+
+func nullString(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// Insert enqueues one job. With db a pgx.Tx the job is part of that transaction: invisible
+// until it commits, gone if it rolls back. Validation errors are returned before the
+// database is touched.
+func Insert(ctx context.Context, db DBTX, p InsertParams) (*InsertResult, error) {
+	if err := p.normalize(); err != nil {
+		return nil, err
+	}
+	// A unique job can finish between our conflicting insert and the read of it; then
+	// the insert is simply tried again.
+	for try := 0; try < 5; try++ {
+		row := db.QueryRow(ctx, sqlInsertJob, p.Queue, p.Kind, p.Args, p.Priority, p.runAt(),
+			p.MaxAttempts, nullString(p.UniqueKey), micros(p.RunIn))
+		j, err := scanJob(row)
+		if err == nil {
+			return &InsertResult{Job: j}, nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return nil, fmt.Errorf("insert %s job into queue %q: %w", p.Kind, p.Queue, err)
+		}
+		j, err = scanJob(db.QueryRow(ctx, sqlGetUnfinishedByUniqueKey, p.UniqueKey))
+		if err == nil {
+			return &InsertResult{Job: j, Existing: true}, nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return nil, fmt.Errorf("read job with unique key %q: %w", p.UniqueKey, err)
+		}
+	}
+	return nil, fmt.Errorf("insert %s job with unique key %q: kept racing with its completion", p.Kind, p.UniqueKey)
+}
+
+// InsertMany enqueues many jobs with COPY and returns how many rows were inserted. Jobs
+// whose unique key matches an unfinished job (or an earlier job of the same batch) are
+// skipped. Every job is validated before anything is sent; one invalid job fails the
+// whole batch. With db a pgx.Tx the batch is part of that transaction.
+func InsertMany(ctx context.Context, db Beginner, ps []InsertParams) (int64, error) {
+	simple := true
+	for i := range ps {
+		if err := ps[i].normalize(); err != nil {
+			return 0, fmt.Errorf("job %d of %d: %w", i+1, len(ps), err)
+		}
+		if ps[i].UniqueKey != "" || ps[i].runAt() != nil || ps[i].RunIn > 0 {
+			simple = false
+		}
+	}
+	if len(ps) == 0 {
+		return 0, nil
+	}
+	if simple {
+		// Every job runs now and has no unique key: COPY straight into the table; the
+		// column defaults give run_at = now() and state = available.
+		n, err := db.CopyFrom(ctx, pgx.Identifier{"fenceq_jobs"},
+			[]string{"queue", "kind", "args", "priority", "max_attempts"},
+			pgx.CopyFromSlice(len(ps), func(i int) ([]any, error) {
+				p := &ps[i]
+				return []any{p.Queue, p.Kind, p.Args, int16(p.Priority), int32(p.MaxAttempts)}, nil
+			}))
+		if err != nil {
+			return n, fmt.Errorf("copy %d jobs: %w", len(ps), err)
+		}
+		return n, nil
+	}
+	// Otherwise COPY into a staging table and let one INSERT … SELECT decide run_at and
+	// state with the database's clock and skip unique-key duplicates.
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("copy %d jobs: begin: %w", len(ps), err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, sqlCreateStaging); err != nil {
+		return 0, fmt.Errorf("copy %d jobs: create staging table: %w", len(ps), err)
+	}
+	_, err = tx.CopyFrom(ctx, pgx.Identifier{"fenceq_jobs_staging"},
+		[]string{"ord", "queue", "kind", "args", "priority", "run_at", "run_in_us", "max_attempts", "unique_key"},
+		pgx.CopyFromSlice(len(ps), func(i int) ([]any, error) {
+			p := &ps[i]
+			return []any{int32(i), p.Queue, p.Kind, p.Args, int16(p.Priority), p.runAt(), micros(p.RunIn),
+				int32(p.MaxAttempts), nullString(p.UniqueKey)}, nil
+		}))
+	if err != nil {
+		return 0, fmt.Errorf("copy %d jobs into staging: %w", len(ps), err)
+	}
+	tag, err := tx.Exec(ctx, sqlInsertFromStaging)
+	if err != nil {
+		return 0, fmt.Errorf("insert %d staged jobs: %w", len(ps), err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, fmt.Errorf("copy %d jobs: commit: %w", len(ps), err)
+	}
+	return tag.RowsAffected(), nil
+}

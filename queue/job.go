@@ -1,0 +1,150 @@
+package queue
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// State is the state of a job row.
+type State string
+
+// Job states. See doc.go for the state machine.
+const (
+	StateAvailable State = "available" // ready to be claimed
+	StateScheduled State = "scheduled" // waits for run_at
+	StateRunning   State = "running"   // leased to a worker
+	StateRetryable State = "retryable" // failed, waits for run_at to retry
+	StateCompleted State = "completed" // final: succeeded
+	StateDiscarded State = "discarded" // final: failed past max attempts, or discarded
+	StateCancelled State = "cancelled" // final: cancelled by handler or operator
+)
+
+// States lists every job state in the order operators read them.
+var States = []State{StateAvailable, StateScheduled, StateRunning, StateRetryable,
+	StateCompleted, StateDiscarded, StateCancelled}
+
+// Final reports whether the state is final: the job will never run again unless an
+// operator retries it.
+func (s State) Final() bool {
+	return s == StateCompleted || s == StateDiscarded || s == StateCancelled
+}
+
+// Valid reports whether s names a job state.
+func (s State) Valid() bool {
+	for _, v := range States {
+		if s == v {
+			return true
+		}
+	}
+	return false
+}
+
+// DBTX is what the queue functions need from a connection: a *pgxpool.Pool, a *pgx.Conn
+// and a pgx.Tx all satisfy it. Passing a transaction makes the call part of it.
+type DBTX interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error)
+}
+
+// Beginner is a DBTX that can also open a transaction (a pool or a connection).
+type Beginner interface {
+	DBTX
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// Lease names one holding of a job: the job id, the lease generation the claim produced
+// and the worker that holds it. Every write made under a lease is checked against the
+// generation by the database.
+type Lease struct {
+	JobID  int64  `json:"job_id"`
+	Gen    int64  `json:"lease_gen"`
+	Holder string `json:"leased_by"`
+}
+
+// AttemptError is one failed attempt, stored in the job's errors column.
+type AttemptError struct {
+	At      time.Time `json:"at"`
+	Attempt int       `json:"attempt"`
+	LeaseGen int64    `json:"lease_gen"`
+	Worker  string    `json:"worker,omitempty"`
+	Error   string    `json:"error"`
+	Trace   string    `json:"trace,omitempty"`
+}
+
+// JobRow is one row of fenceq_jobs.
+type JobRow struct {
+	ID             int64           `json:"id"`
+	Queue          string          `json:"queue"`
+	Kind           string          `json:"kind"`
+	Args           json.RawMessage `json:"args"`
+	State          State           `json:"state"`
+	Priority       int16           `json:"priority"`
+	RunAt          time.Time       `json:"run_at"`
+	Attempt        int             `json:"attempt"`
+	MaxAttempts    int             `json:"max_attempts"`
+	LeaseGen       int64           `json:"lease_gen"`
+	LeasedBy       *string         `json:"leased_by"`
+	HeartbeatAt    *time.Time      `json:"heartbeat_at"`
+	LeaseExpiresAt *time.Time      `json:"lease_expires_at"`
+	AttemptedAt    *time.Time      `json:"attempted_at"`
+	UniqueKey      *string         `json:"unique_key"`
+	Errors         []AttemptError  `json:"errors"`
+	CreatedAt      time.Time       `json:"created_at"`
+	FinishedAt     *time.Time      `json:"finished_at"`
+}
+
+// Lease returns the lease the row currently records. It is only meaningful for a
+// running job.
+func (j *JobRow) Lease() Lease {
+	l := Lease{JobID: j.ID, Gen: j.LeaseGen}
+	if j.LeasedBy != nil {
+		l.Holder = *j.LeasedBy
+	}
+	return l
+}
+
+const jobColumns = `id, queue, kind, args, state, priority, run_at, attempt, max_attempts,
+	lease_gen, leased_by, heartbeat_at, lease_expires_at, attempted_at, unique_key, errors,
+	created_at, finished_at`
+
+func scanJob(row pgx.Row) (*JobRow, error) {
+	var j JobRow
+	var state string
+	var args, errs []byte
+	err := row.Scan(&j.ID, &j.Queue, &j.Kind, &args, &state, &j.Priority, &j.RunAt, &j.Attempt,
+		&j.MaxAttempts, &j.LeaseGen, &j.LeasedBy, &j.HeartbeatAt, &j.LeaseExpiresAt, &j.AttemptedAt,
+		&j.UniqueKey, &errs, &j.CreatedAt, &j.FinishedAt)
+	if err != nil {
+		return nil, err
+	}
+	j.State = State(state)
+	j.Args = json.RawMessage(args)
+	if len(errs) > 2 {
+		if err := json.Unmarshal(errs, &j.Errors); err != nil {
+			return nil, err
+		}
+	}
+	return &j, nil
+}
+
+func collectJobs(rows pgx.Rows) ([]*JobRow, error) {
+	defer rows.Close()
+	var out []*JobRow
+	for rows.Next() {
+		j, err := scanJob(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, j)
+	}
+	return out, rows.Err()
+}
+
+// micros converts a duration to whole microseconds for SQL: `$n * interval '1 microsecond'`.
+func micros(d time.Duration) int64 { return d.Microseconds() }

@@ -1,0 +1,270 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// ClaimParams describes one claim.
+type ClaimParams struct {
+	Queue    string
+	WorkerID string
+	// Limit is the most jobs to claim; size it to the worker's free slots.
+	Limit int
+	// Lease is how long the lease lasts without a heartbeat.
+	Lease time.Duration
+}
+
+// Claim leases up to Limit available jobs of one queue to a worker. Each claimed job's
+// lease_gen and attempt grow by one; the returned rows carry the new lease. Jobs locked
+// by other claimers are skipped (FOR UPDATE SKIP LOCKED), so concurrent claimers never
+// receive the same job. A paused queue yields nothing.
+func Claim(ctx context.Context, db DBTX, p ClaimParams) ([]*JobRow, error) {
+	if p.Limit <= 0 {
+		return nil, nil
+	}
+	if p.Lease <= 0 {
+		return nil, invalid("lease", "%s must be positive", p.Lease)
+	}
+	rows, err := db.Query(ctx, sqlClaim, p.Queue, p.Limit, p.WorkerID, micros(p.Lease))
+	if err != nil {
+		return nil, fmt.Errorf("claim jobs in queue %q: %w", p.Queue, err)
+	}
+	jobs, err := collectJobs(rows)
+	if err != nil {
+		return nil, fmt.Errorf("claim jobs in queue %q: %w", p.Queue, err)
+	}
+	return jobs, nil
+}
+
+// HeartbeatResult says what became of each lease sent to Heartbeat.
+type HeartbeatResult struct {
+	// Renewed leases now expire one lease duration after the database's now().
+	Renewed []Lease
+	// Busy leases are still held but were not renewed because their row was locked by
+	// another transaction at that moment (typically the holder's own fenced commit).
+	Busy []Lease
+	// Lost leases are no longer held: stop the job now, it can write nothing.
+	Lost []Lease
+	// WorkerRegistered is false when the worker's fenceq_workers row is missing.
+	WorkerRegistered bool
+}
+
+// Heartbeat renews, in one statement, every lease a worker holds and heartbeats the
+// worker's row. Each renewal is fenced by the lease generation.
+func Heartbeat(ctx context.Context, db DBTX, workerID string, leases []Lease, lease time.Duration) (HeartbeatResult, error) {
+	ids := make([]int64, len(leases))
+	gens := make([]int64, len(leases))
+	for i, l := range leases {
+		ids[i], gens[i] = l.JobID, l.Gen
+	}
+	var held, renewed []int64
+	var workerRows int64
+	err := db.QueryRow(ctx, sqlHeartbeat, ids, gens, micros(lease), workerID).Scan(&held, &renewed, &workerRows)
+	if err != nil {
+		return HeartbeatResult{}, fmt.Errorf("heartbeat %d leases of worker %s: %w", len(leases), workerID, err)
+	}
+	res := HeartbeatResult{WorkerRegistered: workerRows > 0}
+	heldSet := make(map[int64]bool, len(held))
+	for _, id := range held {
+		heldSet[id] = false
+	}
+	for _, id := range renewed {
+		heldSet[id] = true
+	}
+	for _, l := range leases {
+		r, ok := heldSet[l.JobID]
+		switch {
+		case !ok:
+			res.Lost = append(res.Lost, l)
+		case r:
+			res.Renewed = append(res.Renewed, l)
+		default:
+			res.Busy = append(res.Busy, l)
+		}
+	}
+	return res, nil
+}
+
+func fencedWrite(ctx context.Context, db DBTX, op string, l Lease, sql string, args ...any) (State, error) {
+	all := append([]any{l.JobID, l.Gen, l.Holder}, args...)
+	var state string
+	err := db.QueryRow(ctx, sql, all...).Scan(&state)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", fmt.Errorf("%s job %d at lease generation %d: %w", op, l.JobID, l.Gen, ErrLeaseLost)
+	}
+	if err != nil {
+		return "", fmt.Errorf("%s job %d: %w", op, l.JobID, err)
+	}
+	return State(state), nil
+}
+
+// Complete marks the job completed if the lease is still held, else returns ErrLeaseLost
+// and records a stale_write_rejected lease event.
+func Complete(ctx context.Context, db DBTX, l Lease) error {
+	_, err := fencedWrite(ctx, db, "complete", l, sqlComplete)
+	return err
+}
+
+// CompleteMany completes many jobs in one statement, each fenced by its generation. It
+// returns the leases that were lost (their completion was rejected and recorded).
+func CompleteMany(ctx context.Context, db DBTX, holder string, leases []Lease) ([]Lease, error) {
+	if len(leases) == 0 {
+		return nil, nil
+	}
+	ids := make([]int64, len(leases))
+	gens := make([]int64, len(leases))
+	byID := make(map[int64]Lease, len(leases))
+	for i, l := range leases {
+		ids[i], gens[i] = l.JobID, l.Gen
+		byID[l.JobID] = l
+	}
+	var lostIDs []int64
+	if err := db.QueryRow(ctx, sqlCompleteMany, ids, gens, holder).Scan(&lostIDs); err != nil {
+		return nil, fmt.Errorf("complete %d jobs: %w", len(leases), err)
+	}
+	lost := make([]Lease, 0, len(lostIDs))
+	for _, id := range lostIDs {
+		lost = append(lost, byID[id])
+	}
+	return lost, nil
+}
+
+// FailParams describes a failed attempt.
+type FailParams struct {
+	Err string
+	// Trace is a stack trace, for panics.
+	Trace string
+	// Backoff is the delay before the retry, measured from the database's now().
+	Backoff time.Duration
+	// Discard finishes the job as discarded whatever attempts remain.
+	Discard bool
+}
+
+// Maximum sizes of the error text and trace stored per attempt.
+const (
+	maxErrorLen = 4 << 10
+	maxTraceLen = 16 << 10
+)
+
+// Fail records a failed attempt: the job becomes retryable after Backoff, or discarded
+// when it has used its attempts or Discard is set. It returns the new state, or
+// ErrLeaseLost.
+func Fail(ctx context.Context, db DBTX, l Lease, p FailParams) (State, error) {
+	return fencedWrite(ctx, db, "fail", l, sqlFail, p.Discard, micros(p.Backoff),
+		truncate(p.Err, maxErrorLen), truncate(p.Trace, maxTraceLen))
+}
+
+// Snooze puts the job back to run after d without using up an attempt.
+func Snooze(ctx context.Context, db DBTX, l Lease, d time.Duration) error {
+	if d < 0 {
+		d = 0
+	}
+	_, err := fencedWrite(ctx, db, "snooze", l, sqlSnooze, micros(d))
+	return err
+}
+
+// Cancel finishes the job as cancelled, recording the reason.
+func Cancel(ctx context.Context, db DBTX, l Lease, reason string) error {
+	_, err := fencedWrite(ctx, db, "cancel", l, sqlCancel, truncate(reason, maxErrorLen))
+	return err
+}
+
+// Release gives a running job back (available, attempt not counted) — what a worker does
+// with the jobs it still holds when it shuts down. It is a compare-and-set like every
+// other lease write: a lease that was already revoked is not touched.
+func Release(ctx context.Context, db DBTX, l Lease) error {
+	_, err := fencedWrite(ctx, db, "release", l, sqlRelease)
+	return err
+}
+
+// LockLease is the fence inside a caller's transaction: it locks the job row if and only
+// if the lease is still held, which keeps the reaper and every other writer out until the
+// transaction ends. It returns ErrLeaseLost when the lease is gone; roll back then.
+func LockLease(ctx context.Context, tx pgx.Tx, l Lease) error {
+	var state string
+	err := tx.QueryRow(ctx, sqlLockLease, l.JobID, l.Gen).Scan(&state)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("lock job %d at lease generation %d: %w", l.JobID, l.Gen, ErrLeaseLost)
+	}
+	if err != nil {
+		return fmt.Errorf("lock job %d: %w", l.JobID, err)
+	}
+	return nil
+}
+
+// CompleteLocked completes a job inside the transaction that locked it with LockLease.
+func CompleteLocked(ctx context.Context, tx pgx.Tx, l Lease) error {
+	tag, err := tx.Exec(ctx, sqlCompleteLocked, l.JobID, l.Gen)
+	if err != nil {
+		return fmt.Errorf("complete job %d: %w", l.JobID, err)
+	}
+	if tag.RowsAffected() != 1 {
+		return fmt.Errorf("complete job %d at lease generation %d: %w", l.JobID, l.Gen, ErrLeaseLost)
+	}
+	return nil
+}
+
+// RecordStaleWrite records a stale_write_rejected lease event for a write that was
+// rejected inside a transaction which then rolled back (the event cannot live in it).
+func RecordStaleWrite(ctx context.Context, db DBTX, l Lease, op string) error {
+	if _, err := db.Exec(ctx, sqlRecordStale, l.JobID, l.Gen, l.Holder, op); err != nil {
+		return fmt.Errorf("record stale write on job %d: %w", l.JobID, err)
+	}
+	return nil
+}
+
+// TxFunc is the body of a fenced transaction.
+type TxFunc func(ctx context.Context, tx pgx.Tx) error
+
+// FencedCommit runs fn in a transaction fenced by the lease and completes the job in
+// the same transaction:
+//
+//	BEGIN; SELECT … WHERE id = $1 AND lease_gen = $2 AND state = 'running' FOR UPDATE;
+//	fn(tx); UPDATE … SET state = 'completed' …; COMMIT
+//
+// If the lease is gone, nothing fn would write is kept and the error is ErrLeaseLost
+// (a stale_write_rejected event is recorded). If fn fails, the transaction rolls back and
+// fn's error is returned; the job stays running under the lease. Keep slow calls out of
+// fn: the row lock is held until COMMIT.
+func FencedCommit(ctx context.Context, db Beginner, l Lease, fn TxFunc) error {
+	return WithLease(ctx, db, l, func(ctx context.Context, tx pgx.Tx) error {
+		if fn != nil {
+			if err := fn(ctx, tx); err != nil {
+				return err
+			}
+		}
+		return CompleteLocked(ctx, tx, l)
+	})
+}
+
+// WithLease runs fn in a transaction that first locks the job row under the lease
+// (LockLease) and commits only if fn succeeds. Use it for writes made under a lease
+// that do not finish the job; FencedCommit is WithLease plus completion.
+func WithLease(ctx context.Context, db Beginner, l Lease, fn TxFunc) error {
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("fenced commit of job %d: begin: %w", l.JobID, err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if err := LockLease(ctx, tx, l); err != nil {
+		if errors.Is(err, ErrLeaseLost) {
+			_ = tx.Rollback(ctx)
+			if rerr := RecordStaleWrite(ctx, db, l, "fenced commit"); rerr != nil {
+				return errors.Join(err, rerr)
+			}
+		}
+		return err
+	}
+	if err := fn(ctx, tx); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("fenced commit of job %d: commit: %w", l.JobID, err)
+	}
+	return nil
+}

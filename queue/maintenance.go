@@ -1,0 +1,86 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Revocation is one lease the reaper revoked.
+type Revocation struct {
+	Lease
+	// State is the job's new state: available, or discarded past max attempts.
+	State State
+	Queue string
+	Kind  string
+	// HolderAlive is true when the holder process still heartbeated in fenceq_workers:
+	// a paused or stuck process, not a dead one. This is the alert condition.
+	HolderAlive bool
+}
+
+// ReapParams tunes one pass of the reaper.
+type ReapParams struct {
+	// Limit is the most leases revoked in one statement.
+	Limit int
+	// HolderFresh is how recent a holder's fenceq_workers heartbeat must be for the holder
+	// to count as alive.
+	HolderFresh time.Duration
+}
+
+// Reap revokes leases that expired by the database's clock. Each revocation is a
+// compare-and-set on the generation the reaper read: it bumps lease_gen, makes the job
+// available again (or discarded past max attempts) and records a revoked lease event,
+// plus expired_holder_alive when the holder process still heartbeats. Rows locked by an
+// open fenced commit are skipped: that commit wins or loses atomically.
+func Reap(ctx context.Context, db DBTX, p ReapParams) ([]Revocation, error) {
+	if p.Limit <= 0 {
+		p.Limit = 1000
+	}
+	rows, err := db.Query(ctx, sqlReap, p.Limit, micros(p.HolderFresh))
+	if err != nil {
+		return nil, fmt.Errorf("reap expired leases: %w", err)
+	}
+	defer rows.Close()
+	var out []Revocation
+	for rows.Next() {
+		var r Revocation
+		var state string
+		if err := rows.Scan(&r.JobID, &r.Gen, &r.Holder, &state, &r.Queue, &r.Kind, &r.HolderAlive); err != nil {
+			return nil, fmt.Errorf("reap expired leases: %w", err)
+		}
+		r.State = State(state)
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("reap expired leases: %w", err)
+	}
+	return out, nil
+}
+
+// PromoteDue makes up to limit scheduled and retryable jobs whose run_at has passed
+// available, and wakes their queues. It returns how many it promoted.
+func PromoteDue(ctx context.Context, db DBTX, limit int) (int64, error) {
+	var n, woke int64
+	if err := db.QueryRow(ctx, sqlPromoteDue, limit).Scan(&n, &woke); err != nil {
+		return 0, fmt.Errorf("promote due jobs: %w", err)
+	}
+	return n, nil
+}
+
+// PruneFinished deletes up to limit finished jobs whose finished_at is older than age.
+func PruneFinished(ctx context.Context, db DBTX, age time.Duration, limit int) (int64, error) {
+	tag, err := db.Exec(ctx, sqlPruneFinished, micros(age), limit)
+	if err != nil {
+		return 0, fmt.Errorf("prune finished jobs older than %s: %w", age, err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// PruneLeaseEvents deletes up to limit lease events older than age.
+func PruneLeaseEvents(ctx context.Context, db DBTX, age time.Duration, limit int) (int64, error) {
+	tag, err := db.Exec(ctx, sqlPruneLeaseEvents, micros(age), limit)
+	if err != nil {
+		return 0, fmt.Errorf("prune lease events older than %s: %w", age, err)
+	}
+	return tag.RowsAffected(), nil
+}

@@ -1,0 +1,124 @@
+package queue_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/fenceq/fenceq/internal/dbtest"
+	"github.com/fenceq/fenceq/queue"
+)
+
+type testBundle struct {
+	db  *dbtest.DB
+	ctx context.Context
+}
+
+func setup(t *testing.T) *testBundle {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return &testBundle{db: dbtest.New(t), ctx: ctx}
+}
+
+func (b *testBundle) insert(t *testing.T, p queue.InsertParams) *queue.JobRow {
+	t.Helper()
+	if p.Kind == "" {
+		p.Kind = "test"
+	}
+	res, err := queue.Insert(b.ctx, b.db.Pool, p)
+	if err != nil {
+		t.Fatalf("insert: %v", err)
+	}
+	return res.Job
+}
+
+func (b *testBundle) claim(t *testing.T, worker string, limit int, lease time.Duration) []*queue.JobRow {
+	t.Helper()
+	jobs, err := queue.Claim(b.ctx, b.db.Pool, queue.ClaimParams{Queue: "default", WorkerID: worker, Limit: limit, Lease: lease})
+	if err != nil {
+		t.Fatalf("claim: %v", err)
+	}
+	return jobs
+}
+
+func (b *testBundle) job(t *testing.T, id int64) *queue.JobRow {
+	t.Helper()
+	j, err := queue.GetJob(b.ctx, b.db.Pool, id)
+	if err != nil {
+		t.Fatalf("get job %d: %v", id, err)
+	}
+	return j
+}
+
+func (b *testBundle) events(t *testing.T, kind queue.LeaseEventKind) int64 {
+	t.Helper()
+	var n int64
+	if err := b.db.Pool.QueryRow(b.ctx, `SELECT count(*) FROM fenceq_lease_events WHERE kind = $1`, string(kind)).Scan(&n); err != nil {
+		t.Fatalf("count events: %v", err)
+	}
+	return n
+}
+
+// expire moves a lease's expiry into the past by the database's clock.
+func (b *testBundle) expire(t *testing.T, id int64) {
+	t.Helper()
+	if _, err := b.db.Pool.Exec(b.ctx, `UPDATE fenceq_jobs SET lease_expires_at = now() - interval '1 second' WHERE id = $1`, id); err != nil {
+		t.Fatalf("expire: %v", err)
+	}
+}
+
+func TestClaimCompleteAndStaleWrites(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	j := b.insert(t, queue.InsertParams{Args: []byte(`{"n":1}`)})
+	if j.State != queue.StateAvailable || j.LeaseGen != 0 {
+		t.Fatalf("new job: state %s gen %d", j.State, j.LeaseGen)
+	}
+	claimed := b.claim(t, "A", 10, time.Minute)
+	if len(claimed) != 1 || claimed[0].LeaseGen != 1 || claimed[0].Attempt != 1 || claimed[0].State != queue.StateRunning {
+		t.Fatalf("claimed %+v", claimed)
+	}
+	leaseA := claimed[0].Lease()
+	if leaseA.Holder != "A" {
+		t.Fatalf("holder %q", leaseA.Holder)
+	}
+	b.expire(t, j.ID)
+	revs, err := queue.Reap(b.ctx, b.db.Pool, queue.ReapParams{HolderFresh: time.Minute})
+	if err != nil || len(revs) != 1 || revs[0].Gen != 1 || revs[0].State != queue.StateAvailable {
+		t.Fatalf("reap: %v %+v", err, revs)
+	}
+	if got := b.job(t, j.ID).LeaseGen; got != 2 {
+		t.Fatalf("gen after revoke = %d, want 2", got)
+	}
+	claimedB := b.claim(t, "B", 10, time.Minute)
+	if len(claimedB) != 1 || claimedB[0].LeaseGen != 3 {
+		t.Fatalf("B claimed %+v", claimedB)
+	}
+	// A's writes are all rejected by the database.
+	for name, write := range map[string]func() error{
+		"complete": func() error { return queue.Complete(b.ctx, b.db.Pool, leaseA) },
+		"fail": func() error {
+			_, err := queue.Fail(b.ctx, b.db.Pool, leaseA, queue.FailParams{Err: "x"})
+			return err
+		},
+		"snooze":  func() error { return queue.Snooze(b.ctx, b.db.Pool, leaseA, time.Second) },
+		"cancel":  func() error { return queue.Cancel(b.ctx, b.db.Pool, leaseA, "x") },
+		"release": func() error { return queue.Release(b.ctx, b.db.Pool, leaseA) },
+		"fenced":  func() error { return queue.FencedCommit(b.ctx, b.db.Pool, leaseA, nil) },
+	} {
+		if err := write(); !errors.Is(err, queue.ErrLeaseLost) {
+			t.Errorf("%s with stale lease: got %v, want ErrLeaseLost", name, err)
+		}
+	}
+	if n := b.events(t, queue.EventStaleWriteRejected); n != 6 {
+		t.Errorf("stale_write_rejected events = %d, want 6", n)
+	}
+	if err := queue.Complete(b.ctx, b.db.Pool, claimedB[0].Lease()); err != nil {
+		t.Fatalf("B complete: %v", err)
+	}
+	if got := b.job(t, j.ID); got.State != queue.StateCompleted || got.FinishedAt == nil {
+		t.Fatalf("final %+v", got)
+	}
+}

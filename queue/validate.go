@@ -1,0 +1,130 @@
+package queue
+
+import (
+	"bytes"
+	"encoding/json"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Limits enforced before anything reaches the database.
+const (
+	MaxQueueLen     = 64
+	MaxKindLen      = 128
+	MaxUniqueKeyLen = 255
+	// DefaultMaxArgsBytes is the default limit on the size of a job's JSON args.
+	DefaultMaxArgsBytes = 1 << 20
+	MinPriority         = 0
+	MaxPriority         = 100
+	MaxMaxAttempts      = 1000
+)
+
+// ValidateQueue checks a queue name: 1–64 characters of ASCII letters, digits and
+// "_ . : -", starting with a letter or digit.
+func ValidateQueue(name string) error { return validateName("queue", name, MaxQueueLen) }
+
+// ValidateKind checks a job kind with the same charset as queue names, up to 128
+// characters.
+func ValidateKind(kind string) error { return validateName("kind", kind, MaxKindLen) }
+
+func validateName(field, s string, max int) error {
+	if s == "" {
+		return invalid(field, "must not be empty")
+	}
+	if len(s) > max {
+		return invalid(field, "%q is %d characters, longer than %d", truncate(s, 40), len(s), max)
+	}
+	for i, r := range s {
+		ok := r < utf8.RuneSelf && (r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' ||
+			(i > 0 && (r == '_' || r == '.' || r == ':' || r == '-')))
+		if !ok {
+			return invalid(field, "%q: character %q at position %d is not allowed (use letters, digits and _ . : -, starting with a letter or digit)",
+				truncate(s, 40), r, i)
+		}
+	}
+	return nil
+}
+
+// ValidateUniqueKey checks a unique or idempotency key: 1–255 printable characters.
+func ValidateUniqueKey(field, key string) error {
+	if key == "" {
+		return invalid(field, "must not be empty")
+	}
+	if len(key) > MaxUniqueKeyLen {
+		return invalid(field, "is %d bytes, longer than %d", len(key), MaxUniqueKeyLen)
+	}
+	if !utf8.ValidString(key) {
+		return invalid(field, "is not valid UTF-8")
+	}
+	for _, r := range key {
+		if !unicode.IsPrint(r) {
+			return invalid(field, "contains the non-printable character %U", r)
+		}
+	}
+	return nil
+}
+
+// ValidateArgs checks that args are one JSON object, at most maxBytes long (0 means
+// DefaultMaxArgsBytes), and free of \u0000, which PostgreSQL's jsonb cannot store.
+func ValidateArgs(args []byte, maxBytes int) error {
+	if maxBytes <= 0 {
+		maxBytes = DefaultMaxArgsBytes
+	}
+	if len(args) > maxBytes {
+		return invalid("args", "%d bytes, over the limit of %d", len(args), maxBytes)
+	}
+	trimmed := bytes.TrimSpace(args)
+	if len(trimmed) == 0 {
+		return invalid("args", "empty; want a JSON object such as {}")
+	}
+	if !json.Valid(trimmed) {
+		var v any
+		err := json.Unmarshal(trimmed, &v)
+		return invalid("args", "malformed JSON: %v", err)
+	}
+	if trimmed[0] != '{' {
+		return invalid("args", "must be a JSON object, got %s", jsonKind(trimmed[0]))
+	}
+	if bytes.Contains(trimmed, []byte(`\u0000`)) {
+		return invalid("args", `contains \u0000, which PostgreSQL jsonb cannot store`)
+	}
+	return nil
+}
+
+func jsonKind(b byte) string {
+	switch b {
+	case '[':
+		return "an array"
+	case '"':
+		return "a string"
+	case 't', 'f':
+		return "a boolean"
+	case 'n':
+		return "null"
+	default:
+		return "a number"
+	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// validatePriority and validateMaxAttempts keep numbers within what the schema and the
+// retry policy expect.
+func validatePriority(p int) error {
+	if p < MinPriority || p > MaxPriority {
+		return invalid("priority", "%d is outside %d–%d", p, MinPriority, MaxPriority)
+	}
+	return nil
+}
+
+func validateMaxAttempts(n int) error {
+	if n < 1 || n > MaxMaxAttempts {
+		return invalid("max_attempts", "%d is outside 1–%d", n, MaxMaxAttempts)
+	}
+	return nil
+}

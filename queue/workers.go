@@ -1,0 +1,66 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// WorkerInfo is one row of fenceq_workers plus what the database derives from it.
+type WorkerInfo struct {
+	ID          string    `json:"id"`
+	Host        string    `json:"host"`
+	PID         int       `json:"pid"`
+	Queues      []string  `json:"queues"`
+	StartedAt   time.Time `json:"started_at"`
+	HeartbeatAt time.Time `json:"heartbeat_at"`
+	// HeartbeatAge is now() - heartbeat_at by the database's clock.
+	HeartbeatAge time.Duration `json:"heartbeat_age"`
+	RunningJobs  int64         `json:"running_jobs"`
+}
+
+// RegisterWorker records a live worker process in fenceq_workers.
+func RegisterWorker(ctx context.Context, db DBTX, id, host string, pid int, queues []string) error {
+	if _, err := db.Exec(ctx, sqlRegisterWorker, id, host, pid, queues); err != nil {
+		return fmt.Errorf("register worker %s: %w", id, err)
+	}
+	return nil
+}
+
+// DeregisterWorker removes a worker's row on shutdown.
+func DeregisterWorker(ctx context.Context, db DBTX, id string) error {
+	if _, err := db.Exec(ctx, sqlDeregisterWorker, id); err != nil {
+		return fmt.Errorf("deregister worker %s: %w", id, err)
+	}
+	return nil
+}
+
+// DeleteStaleWorkers removes rows of workers that have not heartbeated for age and hold
+// no running job.
+func DeleteStaleWorkers(ctx context.Context, db DBTX, age time.Duration) (int64, error) {
+	tag, err := db.Exec(ctx, sqlDeleteStaleWorkers, micros(age))
+	if err != nil {
+		return 0, fmt.Errorf("delete stale workers: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// ListWorkers returns every registered worker process.
+func ListWorkers(ctx context.Context, db DBTX) ([]WorkerInfo, error) {
+	rows, err := db.Query(ctx, sqlListWorkers)
+	if err != nil {
+		return nil, fmt.Errorf("list workers: %w", err)
+	}
+	defer rows.Close()
+	var out []WorkerInfo
+	for rows.Next() {
+		var w WorkerInfo
+		var age float64
+		if err := rows.Scan(&w.ID, &w.Host, &w.PID, &w.Queues, &w.StartedAt, &w.HeartbeatAt, &age, &w.RunningJobs); err != nil {
+			return nil, fmt.Errorf("list workers: %w", err)
+		}
+		w.HeartbeatAge = time.Duration(age * float64(time.Second))
+		out = append(out, w)
+	}
+	return out, rows.Err()
+}
