@@ -108,3 +108,41 @@ func ListLeaseEvents(ctx context.Context, db DBTX, jobID int64, limit int) ([]Le
 	}
 	return out, rows.Err()
 }
+
+const sqlRecordLeaseLost = `
+WITH l AS (SELECT * FROM unnest($1::bigint[], $2::bigint[]) AS l(lid, lgen)),
+hb AS (
+    INSERT INTO fenceq_lease_events (job_id, lease_gen, worker_id, kind, detail)
+    SELECT lid, lgen, $3, 'heartbeat_lost', 'heartbeat found the lease gone' FROM l),
+alive AS (
+    INSERT INTO fenceq_lease_events (job_id, lease_gen, worker_id, kind, detail)
+    SELECT lid, lgen, $3, 'expired_holder_alive',
+           'the holder was still running the job when its expired lease was revoked'
+    FROM l
+    WHERE EXISTS (SELECT 1 FROM fenceq_lease_events e
+                  WHERE e.job_id = l.lid AND e.lease_gen = l.lgen AND e.kind = 'revoked'
+                    AND e.detail LIKE 'lease expired%')
+      AND NOT EXISTS (SELECT 1 FROM fenceq_lease_events e
+                      WHERE e.job_id = l.lid AND e.lease_gen = l.lgen AND e.kind = 'expired_holder_alive')
+    RETURNING job_id)
+SELECT COALESCE(array_agg(job_id), '{}')::bigint[] FROM alive`
+
+// RecordLeasesLost records a heartbeat_lost event for each lease a live holder found
+// gone, and an expired_holder_alive event for each of them that the reaper revoked for
+// expiry (unless the reaper already recorded one). It returns the job ids of the latter:
+// a holder that was alive, still running the job, when its lease expired.
+func RecordLeasesLost(ctx context.Context, db DBTX, holder string, leases []Lease) ([]int64, error) {
+	if len(leases) == 0 {
+		return nil, nil
+	}
+	ids := make([]int64, len(leases))
+	gens := make([]int64, len(leases))
+	for i, l := range leases {
+		ids[i], gens[i] = l.JobID, l.Gen
+	}
+	var alive []int64
+	if err := db.QueryRow(ctx, sqlRecordLeaseLost, ids, gens, holder).Scan(&alive); err != nil {
+		return nil, fmt.Errorf("record %d lost leases: %w", len(leases), err)
+	}
+	return alive, nil
+}

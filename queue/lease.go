@@ -268,3 +268,20 @@ func WithLease(ctx context.Context, db Beginner, l Lease, fn TxFunc) error {
 	}
 	return nil
 }
+
+// Landed reports whether a write of ours under the lease already took effect: the job
+// still carries our generation but is no longer running. Only the lease holder moves a
+// job out of running without bumping the generation, so this settles a write whose
+// outcome was unknown (the reply to COMMIT was lost) without writing again.
+func Landed(ctx context.Context, db DBTX, l Lease) (State, bool, error) {
+	var gen int64
+	var state string
+	err := db.QueryRow(ctx, `SELECT lease_gen, state FROM fenceq_jobs WHERE id = $1`, l.JobID).Scan(&gen, &state)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", false, fmt.Errorf("job %d: %w", l.JobID, ErrNotFound)
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("read job %d: %w", l.JobID, err)
+	}
+	return State(state), gen == l.Gen && State(state) != StateRunning, nil
+}

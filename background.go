@@ -1,0 +1,247 @@
+package fenceq
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/fenceq/fenceq/queue"
+)
+
+// runHeartbeat renews every lease the worker holds, in one statement per interval, and
+// cancels the context of each job whose lease the database reports lost.
+func (w *Worker) runHeartbeat(ctx context.Context) {
+	defer w.bgWG.Done()
+	t := time.NewTicker(w.cfg.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			w.heartbeatOnce(ctx)
+		}
+	}
+}
+
+func (w *Worker) heartbeatOnce(ctx context.Context) {
+	w.mu.Lock()
+	execs := make(map[int64]*execution, len(w.execs))
+	leases := make([]Lease, 0, len(w.execs))
+	for id, e := range w.execs {
+		execs[id] = e
+		leases = append(leases, e.lease)
+	}
+	w.mu.Unlock()
+
+	sent := time.Now()
+	hctx, cancel := context.WithTimeout(ctx, min(w.cfg.WriteTimeout, w.cfg.HeartbeatInterval))
+	res, err := queue.Heartbeat(hctx, w.pool, w.cfg.ID, leases, w.cfg.LeaseDuration)
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil {
+			w.obs.HeartbeatFailed(err)
+			w.log.Warn("heartbeat failed; jobs are cancelled if no renewal is confirmed before their local deadline",
+				"leases", len(leases), "err", err)
+		}
+		return
+	}
+	for _, l := range res.Renewed {
+		execs[l.JobID].extend(sent)
+	}
+	if len(res.Lost) > 0 {
+		for _, l := range res.Lost {
+			execs[l.JobID].cancel(ErrLeaseLost)
+		}
+		ectx, cancel := context.WithTimeout(ctx, w.cfg.WriteTimeout)
+		alive, err := queue.RecordLeasesLost(ectx, w.pool, w.cfg.ID, res.Lost)
+		cancel()
+		if err != nil {
+			w.log.Warn("record lost leases", "err", err)
+		}
+		aliveSet := map[int64]bool{}
+		for _, id := range alive {
+			aliveSet[id] = true
+		}
+		for _, l := range res.Lost {
+			w.obs.LeaseLost(l, aliveSet[l.JobID])
+			if aliveSet[l.JobID] {
+				w.log.Error("lease expired while its holder was still running the job; job cancelled here",
+					"job_id", l.JobID, "lease_gen", l.Gen, "kind", execs[l.JobID].row.Kind)
+			} else {
+				w.log.Warn("lease lost; job cancelled here", "job_id", l.JobID, "lease_gen", l.Gen)
+			}
+		}
+	}
+	if !res.WorkerRegistered {
+		w.log.Warn("worker row missing from fenceq_workers; registering again")
+		var names []string
+		for n := range w.queues {
+			names = append(names, n)
+		}
+		rctx, cancel := context.WithTimeout(ctx, w.cfg.WriteTimeout)
+		if err := queue.RegisterWorker(rctx, w.pool, w.cfg.ID, hostname(), pid(), names); err != nil {
+			w.log.Warn("register worker", "err", err)
+		}
+		cancel()
+	}
+}
+
+func (w *Worker) enqueueCompletion(e *execution) {
+	w.complete <- e
+}
+
+// runCompleter writes completions in batches: it takes what is waiting, up to
+// CompleteBatchSize, and completes it in one fenced statement.
+func (w *Worker) runCompleter() {
+	defer w.completerWG.Done()
+	batch := make([]*execution, 0, w.cfg.CompleteBatchSize)
+	for {
+		select {
+		case e := <-w.complete:
+			batch = append(batch[:0], e)
+		case <-w.completeDone:
+			// Stop closes completeDone only after every execution finished, so nothing waits.
+			return
+		}
+	fill:
+		for len(batch) < w.cfg.CompleteBatchSize {
+			select {
+			case e := <-w.complete:
+				batch = append(batch, e)
+			default:
+				break fill
+			}
+		}
+		w.flushCompletions(batch)
+	}
+}
+
+func (w *Worker) flushCompletions(batch []*execution) {
+	leases := make([]Lease, len(batch))
+	for i, e := range batch {
+		leases[i] = e.lease
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), w.cfg.WriteTimeout)
+	lost, err := queue.CompleteMany(ctx, w.pool, w.cfg.ID, leases)
+	cancel()
+	if err != nil {
+		// Outcome unknown: settle each one on its own, looking before writing again.
+		w.log.Warn("batched completion failed; completing one by one", "jobs", len(batch), "err", err)
+		for _, e := range batch {
+			werr := w.fencedWrite(context.Background(), e, "complete", func(ctx context.Context) error {
+				return queue.Complete(ctx, w.pool, e.lease)
+			})
+			switch {
+			case werr == nil:
+				e.finish(OutcomeCompleted)
+			case errors.Is(werr, ErrLeaseLost):
+				e.finish(OutcomeLeaseLost)
+			default:
+				w.log.Error("could not complete job; the lease will expire and the job run again",
+					"job_id", e.lease.JobID, "err", werr)
+				e.finish(OutcomeUnknown)
+			}
+		}
+		return
+	}
+	lostSet := make(map[int64]bool, len(lost))
+	for _, l := range lost {
+		lostSet[l.JobID] = true
+		w.obs.StaleWriteRejected("complete", l)
+		w.log.Warn("completion rejected: lease lost", "job_id", l.JobID, "lease_gen", l.Gen)
+	}
+	for _, e := range batch {
+		if lostSet[e.lease.JobID] {
+			e.finish(OutcomeLeaseLost)
+		} else {
+			e.finish(OutcomeCompleted)
+		}
+	}
+}
+
+// runMaintenance runs the reaper and scheduler every ReaperInterval and retention every
+// PruneInterval. Every worker runs it; all its statements are safe to run concurrently
+// (SKIP LOCKED and compare-and-set on the generation).
+func (w *Worker) runMaintenance(ctx context.Context) {
+	defer w.bgWG.Done()
+	reap := time.NewTicker(w.cfg.ReaperInterval)
+	defer reap.Stop()
+	prune := time.NewTicker(w.cfg.PruneInterval)
+	defer prune.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-reap.C:
+			w.ReapOnce(ctx)
+		case <-prune.C:
+			w.PruneOnce(ctx)
+		}
+	}
+}
+
+// ReapOnce revokes expired leases and promotes due jobs now. The worker does this every
+// ReaperInterval; tests and tools may call it directly.
+func (w *Worker) ReapOnce(ctx context.Context) {
+	for ctx.Err() == nil {
+		rctx, cancel := context.WithTimeout(ctx, w.cfg.WriteTimeout)
+		revs, err := queue.Reap(rctx, w.pool, queue.ReapParams{Limit: w.cfg.ReapBatchSize, HolderFresh: w.cfg.HolderFreshness})
+		cancel()
+		if err != nil {
+			w.log.Warn("reaper failed", "err", err)
+			break
+		}
+		for _, r := range revs {
+			w.obs.LeaseRevoked(r)
+			if r.HolderAlive {
+				w.log.Error("lease expired while its holder process was alive; revoked",
+					"job_id", r.JobID, "lease_gen", r.Gen, "holder", r.Holder, "kind", r.Kind, "now", r.State)
+			} else {
+				w.log.Warn("lease expired; revoked", "job_id", r.JobID, "lease_gen", r.Gen,
+					"holder", r.Holder, "kind", r.Kind, "now", r.State)
+			}
+		}
+		if len(revs) < w.cfg.ReapBatchSize {
+			break
+		}
+	}
+	for ctx.Err() == nil {
+		pctx, cancel := context.WithTimeout(ctx, w.cfg.WriteTimeout)
+		n, err := queue.PromoteDue(pctx, w.pool, w.cfg.ReapBatchSize)
+		cancel()
+		if err != nil {
+			w.log.Warn("scheduler failed", "err", err)
+			break
+		}
+		if n < int64(w.cfg.ReapBatchSize) {
+			break
+		}
+	}
+}
+
+// PruneOnce runs retention now: finished jobs, old lease events and stale worker rows.
+func (w *Worker) PruneOnce(ctx context.Context) {
+	if w.cfg.RetentionPeriod > 0 {
+		for ctx.Err() == nil {
+			pctx, cancel := context.WithTimeout(ctx, w.cfg.WriteTimeout)
+			n, err := queue.PruneFinished(pctx, w.pool, w.cfg.RetentionPeriod, w.cfg.PruneBatchSize)
+			cancel()
+			if err != nil {
+				w.log.Warn("retention failed", "err", err)
+				break
+			}
+			if n < int64(w.cfg.PruneBatchSize) {
+				break
+			}
+		}
+	}
+	pctx, cancel := context.WithTimeout(ctx, w.cfg.WriteTimeout)
+	defer cancel()
+	if _, err := queue.PruneLeaseEvents(pctx, w.pool, w.cfg.LeaseEventRetention, w.cfg.PruneBatchSize); err != nil {
+		w.log.Warn("lease event retention failed", "err", err)
+	}
+	if _, err := queue.DeleteStaleWorkers(pctx, w.pool, w.cfg.StaleWorkerAge); err != nil {
+		w.log.Warn("stale worker cleanup failed", "err", err)
+	}
+}

@@ -1,0 +1,230 @@
+package fenceq
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/fenceq/fenceq/queue"
+)
+
+// QueueConfig configures one queue a worker serves.
+type QueueConfig struct {
+	// MaxWorkers is how many jobs of this queue run at once. Defaults to 10.
+	MaxWorkers int
+}
+
+// Config configures a Worker. Every field has a documented default; see validate for
+// the relations that must hold between them.
+type Config struct {
+	// Handlers maps kinds to handlers. Required.
+	Handlers *Handlers
+	// Queues to serve and their concurrency. Defaults to {"default": {MaxWorkers: 10}}.
+	Queues map[string]QueueConfig
+	// ID names this worker process in fenceq_workers and in leased_by. Defaults to
+	// host-pid-random.
+	ID string
+	// LeaseDuration is how long a lease lasts without a heartbeat. Defaults to 60s.
+	LeaseDuration time.Duration
+	// HeartbeatInterval is how often every lease is renewed (one statement for all).
+	// Defaults to LeaseDuration/3.
+	HeartbeatInterval time.Duration
+	// LeaseMargin: a job's context is cancelled when no renewal was confirmed by the
+	// monotonic time the last successful renewal was sent + LeaseDuration - LeaseMargin.
+	// Defaults to LeaseDuration/10.
+	LeaseMargin time.Duration
+	// ReaperInterval is how often expired leases are revoked and due jobs promoted.
+	// A job whose holder stopped heartbeating is offered again within LeaseDuration +
+	// ReaperInterval. Defaults to 5s.
+	ReaperInterval time.Duration
+	// PollInterval is how often each queue is polled when no wake-up arrives. Defaults
+	// to 1s.
+	PollInterval time.Duration
+	// ClaimBatchSize caps the jobs claimed in one statement (never more than free slots).
+	// Defaults to 100.
+	ClaimBatchSize int
+	// CompleteBatchSize caps the completions written in one statement. Defaults to 1000.
+	CompleteBatchSize int
+	// ReapBatchSize caps the leases revoked in one statement. Defaults to 1000.
+	ReapBatchSize int
+	// RetentionPeriod is how long finished jobs are kept. Defaults to 24h; negative
+	// disables pruning.
+	RetentionPeriod time.Duration
+	// LeaseEventRetention is how long lease events are kept. Defaults to 7 days.
+	LeaseEventRetention time.Duration
+	// PruneInterval is how often retention runs. Defaults to 1m.
+	PruneInterval time.Duration
+	// PruneBatchSize caps the rows deleted per statement. Defaults to 1000.
+	PruneBatchSize int
+	// HolderFreshness is how recent a holder's fenceq_workers heartbeat must be for the
+	// reaper to count it alive. Defaults to 2×HeartbeatInterval.
+	HolderFreshness time.Duration
+	// StaleWorkerAge: worker rows not heartbeated for this long and holding no job are
+	// removed. Defaults to 10×LeaseDuration.
+	StaleWorkerAge time.Duration
+	// Backoff is the retry policy. Defaults to queue.DefaultBackoff (1s doubling,
+	// capped at 1h, 20% jitter).
+	Backoff queue.Backoff
+	// ShutdownGrace bounds how long Stop waits for cancelled handlers to return once its
+	// context is done. Defaults to 5s.
+	ShutdownGrace time.Duration
+	// WriteTimeout bounds each lease write (complete, fail, heartbeat…). Defaults to 10s.
+	WriteTimeout time.Duration
+	// DisableListen turns off LISTEN/NOTIFY wake-ups (e.g. behind PgBouncer in transaction
+	// mode); queues are then only polled.
+	DisableListen bool
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// Observer receives counters for metrics. Defaults to a no-op.
+	Observer Observer
+}
+
+func (c Config) withDefaults() Config {
+	if len(c.Queues) == 0 {
+		c.Queues = map[string]QueueConfig{queue.DefaultQueue: {}}
+	}
+	qs := make(map[string]QueueConfig, len(c.Queues))
+	for name, q := range c.Queues {
+		if q.MaxWorkers == 0 {
+			q.MaxWorkers = 10
+		}
+		qs[name] = q
+	}
+	c.Queues = qs
+	if c.ID == "" {
+		host, _ := os.Hostname()
+		var b [4]byte
+		_, _ = rand.Read(b[:])
+		c.ID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	defInt := func(n *int, v int) {
+		if *n == 0 {
+			*n = v
+		}
+	}
+	def(&c.LeaseDuration, 60*time.Second)
+	def(&c.HeartbeatInterval, c.LeaseDuration/3)
+	def(&c.LeaseMargin, c.LeaseDuration/10)
+	def(&c.ReaperInterval, 5*time.Second)
+	def(&c.PollInterval, time.Second)
+	def(&c.RetentionPeriod, 24*time.Hour)
+	def(&c.LeaseEventRetention, 7*24*time.Hour)
+	def(&c.PruneInterval, time.Minute)
+	def(&c.HolderFreshness, 2*c.HeartbeatInterval)
+	def(&c.StaleWorkerAge, 10*c.LeaseDuration)
+	def(&c.ShutdownGrace, 5*time.Second)
+	def(&c.WriteTimeout, 10*time.Second)
+	defInt(&c.ClaimBatchSize, 100)
+	defInt(&c.CompleteBatchSize, 1000)
+	defInt(&c.ReapBatchSize, 1000)
+	defInt(&c.PruneBatchSize, 1000)
+	if c.Backoff == (queue.Backoff{}) {
+		c.Backoff = queue.DefaultBackoff
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Observer == nil {
+		c.Observer = NopObserver{}
+	}
+	return c
+}
+
+// validate checks a config with defaults applied; errors name the field.
+func (c Config) validate() error {
+	if c.Handlers == nil || len(c.Handlers.m) == 0 {
+		return fmt.Errorf("config: Handlers: no handler registered")
+	}
+	for name, q := range c.Queues {
+		if err := queue.ValidateQueue(name); err != nil {
+			return fmt.Errorf("config: Queues: %w", err)
+		}
+		if q.MaxWorkers < 1 {
+			return fmt.Errorf("config: Queues[%q].MaxWorkers: %d must be at least 1", name, q.MaxWorkers)
+		}
+	}
+	positive := map[string]time.Duration{
+		"LeaseDuration": c.LeaseDuration, "HeartbeatInterval": c.HeartbeatInterval,
+		"ReaperInterval": c.ReaperInterval, "PollInterval": c.PollInterval,
+		"PruneInterval": c.PruneInterval, "HolderFreshness": c.HolderFreshness,
+		"WriteTimeout": c.WriteTimeout, "ShutdownGrace": c.ShutdownGrace,
+	}
+	for name, d := range positive {
+		if d <= 0 {
+			return fmt.Errorf("config: %s: %s must be positive", name, d)
+		}
+	}
+	if c.HeartbeatInterval >= c.LeaseDuration {
+		return fmt.Errorf("config: HeartbeatInterval: %s must be shorter than LeaseDuration %s",
+			c.HeartbeatInterval, c.LeaseDuration)
+	}
+	if c.LeaseMargin < 0 || c.LeaseMargin >= c.LeaseDuration-c.HeartbeatInterval {
+		return fmt.Errorf("config: LeaseMargin: %s must be between 0 and LeaseDuration-HeartbeatInterval (%s)",
+			c.LeaseMargin, c.LeaseDuration-c.HeartbeatInterval)
+	}
+	for name, n := range map[string]int{"ClaimBatchSize": c.ClaimBatchSize,
+		"CompleteBatchSize": c.CompleteBatchSize, "ReapBatchSize": c.ReapBatchSize,
+		"PruneBatchSize": c.PruneBatchSize} {
+		if n < 1 {
+			return fmt.Errorf("config: %s: %d must be at least 1", name, n)
+		}
+	}
+	return nil
+}
+
+// Outcome is how one attempt of a job ended, as reported to the Observer.
+type Outcome string
+
+// Outcomes.
+const (
+	OutcomeCompleted Outcome = "completed"
+	OutcomeRetried   Outcome = "retried"
+	OutcomeDiscarded Outcome = "discarded"
+	OutcomeCancelled Outcome = "cancelled"
+	OutcomeSnoozed   Outcome = "snoozed"
+	OutcomeLeaseLost Outcome = "lease_lost"
+	OutcomeReleased  Outcome = "released"
+	OutcomeUnknown   Outcome = "unknown"
+)
+
+// Observer receives the worker's events, for metrics. Methods must be fast and safe for
+// concurrent use.
+type Observer interface {
+	JobClaimed(queue, kind string)
+	JobFinished(queue, kind string, outcome Outcome, d time.Duration)
+	LeaseRevoked(r queue.Revocation)
+	LeaseLost(l Lease, holderAlive bool)
+	StaleWriteRejected(op string, l Lease)
+	HeartbeatFailed(err error)
+}
+
+// NopObserver ignores every event.
+type NopObserver struct{}
+
+// JobClaimed implements Observer.
+func (NopObserver) JobClaimed(string, string) {}
+
+// JobFinished implements Observer.
+func (NopObserver) JobFinished(string, string, Outcome, time.Duration) {}
+
+// LeaseRevoked implements Observer.
+func (NopObserver) LeaseRevoked(queue.Revocation) {}
+
+// LeaseLost implements Observer.
+func (NopObserver) LeaseLost(Lease, bool) {}
+
+// StaleWriteRejected implements Observer.
+func (NopObserver) StaleWriteRejected(string, Lease) {}
+
+// HeartbeatFailed implements Observer.
+func (NopObserver) HeartbeatFailed(error) {}
+
+var _ Observer = NopObserver{}

@@ -1,0 +1,263 @@
+package fenceq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fenceq/fenceq/queue"
+)
+
+// execution is one attempt of one job under one lease.
+type execution struct {
+	w       *Worker
+	row     *JobRow
+	lease   Lease
+	handler *handlerEntry
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+	start   time.Time
+	// deadline cancels the job when no renewal is confirmed in time (monotonic clock).
+	deadline *time.Timer
+
+	mu        sync.Mutex
+	committed bool // the handler's fenced Commit completed the job
+	released  bool // Stop released the lease; write nothing more
+	finished  bool
+}
+
+func (e *execution) markReleased() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.released || e.finished {
+		return false
+	}
+	e.released = true
+	return true
+}
+
+func (e *execution) flags() (committed, released bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.committed, e.released
+}
+
+// extend moves the local lease deadline to sent + lease - margin, where sent is the
+// monotonic time the confirmed renewal (or the claim) was sent.
+func (e *execution) extend(sent time.Time) {
+	e.deadline.Reset(time.Until(sent.Add(e.w.cfg.LeaseDuration - e.w.cfg.LeaseMargin)))
+}
+
+func (e *execution) commit(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) error {
+	w := e.w
+	if _, released := e.flags(); released {
+		return fmt.Errorf("commit job %d: lease released on shutdown: %w", e.lease.JobID, ErrLeaseLost)
+	}
+	var fnErr error
+	err := queue.FencedCommit(ctx, w.pool, e.lease, func(ctx context.Context, tx pgx.Tx) error {
+		fnErr = fn(ctx, tx)
+		return fnErr
+	})
+	switch {
+	case err == nil:
+	case errors.Is(err, ErrLeaseLost):
+		w.obs.StaleWriteRejected("commit", e.lease)
+		w.log.Warn("fenced commit rejected: lease lost", "job_id", e.lease.JobID, "lease_gen", e.lease.Gen, "kind", e.row.Kind)
+		return err
+	case fnErr != nil:
+		return err
+	default:
+		// The outcome of COMMIT may be unknown (connection lost): look before retrying.
+		rctx, cancel := context.WithTimeout(context.Background(), w.cfg.WriteTimeout)
+		state, landed, lerr := queue.Landed(rctx, w.pool, e.lease)
+		cancel()
+		if lerr != nil || !landed || state != queue.StateCompleted {
+			return err
+		}
+		w.log.Info("fenced commit landed although its reply was lost", "job_id", e.lease.JobID)
+	}
+	e.mu.Lock()
+	e.committed = true
+	e.mu.Unlock()
+	return nil
+}
+
+func (w *Worker) startExecution(row *JobRow, sent time.Time) {
+	h := w.cfg.Handlers.m[row.Kind]
+	e := &execution{w: w, row: row, lease: row.Lease(), handler: h, start: time.Now()}
+	e.ctx, e.cancel = context.WithCancelCause(w.jobCtx)
+	e.deadline = time.AfterFunc(w.cfg.LeaseDuration-w.cfg.LeaseMargin, func() {
+		e.cancel(ErrLeaseDeadline)
+	})
+	e.extend(sent)
+	w.mu.Lock()
+	w.execs[row.ID] = e
+	w.running[row.Queue]++
+	w.mu.Unlock()
+	w.execWG.Add(1)
+	w.obs.JobClaimed(row.Queue, row.Kind)
+	go e.run()
+}
+
+func (e *execution) run() {
+	w := e.w
+	if e.handler == nil {
+		err := fmt.Errorf("no handler registered for kind %q on worker %s", e.row.Kind, w.cfg.ID)
+		e.settle(err, "")
+		return
+	}
+	ctx := e.ctx
+	if t := e.handler.opts.Timeout; t > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, t, ErrJobTimeout)
+		defer cancel()
+	}
+	var trace string
+	err := func() (err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				trace = string(debug.Stack())
+				err = &PanicError{Value: r, Stack: trace}
+			}
+		}()
+		return e.handler.run(ctx, e.row, e)
+	}()
+	e.settle(err, trace)
+}
+
+// settle writes the attempt's outcome under the lease.
+func (e *execution) settle(err error, trace string) {
+	w := e.w
+	committed, released := e.flags()
+	cause := context.Cause(e.ctx)
+	log := w.log.With("job_id", e.lease.JobID, "lease_gen", e.lease.Gen, "kind", e.row.Kind, "queue", e.row.Queue)
+
+	var snooze *snoozeError
+	var cancelE *cancelError
+	var discard *discardError
+	var panicE *PanicError
+	switch {
+	case committed:
+		if err != nil {
+			log.Warn("handler returned an error after its fenced commit; the job stays completed", "err", err)
+		}
+		e.finish(OutcomeCompleted)
+		return
+	case released:
+		e.finish(OutcomeReleased)
+		return
+	case errors.Is(cause, ErrLeaseLost) || errors.Is(err, ErrLeaseLost):
+		// Any write would be rejected; the job belongs to someone else now.
+		log.Warn("job stopped: lease lost", "err", err)
+		e.finish(OutcomeLeaseLost)
+		return
+	case err == nil:
+		w.enqueueCompletion(e)
+		return
+	}
+
+	var outcome Outcome
+	werr := w.fencedWrite(context.Background(), e, "settle", func(ctx context.Context) error {
+		switch {
+		case errors.As(err, &snooze):
+			outcome = OutcomeSnoozed
+			return queue.Snooze(ctx, w.pool, e.lease, snooze.d)
+		case errors.As(err, &cancelE):
+			outcome = OutcomeCancelled
+			return queue.Cancel(ctx, w.pool, e.lease, err.Error())
+		default:
+			backoff := w.cfg.Backoff
+			if e.handler != nil && e.handler.opts.Backoff != nil {
+				backoff = *e.handler.opts.Backoff
+			}
+			msg := err.Error()
+			if cause != nil && !errors.Is(err, cause) {
+				msg = fmt.Sprintf("%s (context: %v)", msg, cause)
+			}
+			state, ferr := queue.Fail(ctx, w.pool, e.lease, queue.FailParams{
+				Err: msg, Trace: trace, Backoff: backoff.Delay(e.row.Attempt),
+				Discard: errors.As(err, &discard),
+			})
+			outcome = OutcomeRetried
+			if state == queue.StateDiscarded {
+				outcome = OutcomeDiscarded
+			}
+			return ferr
+		}
+	})
+	switch {
+	case errors.Is(werr, ErrLeaseLost):
+		outcome = OutcomeLeaseLost
+	case werr != nil:
+		log.Error("could not record the job's outcome; the lease will expire and the job run again", "err", werr)
+		outcome = OutcomeUnknown
+	case errors.As(err, &panicE):
+		log.Error("handler panicked", "panic", fmt.Sprint(panicE.Value), "outcome", outcome)
+	default:
+		log.Info("job attempt failed", "err", err, "attempt", e.row.Attempt, "outcome", outcome)
+	}
+	e.finish(outcome)
+}
+
+// fencedWrite runs one lease write with a timeout, retrying transient failures. Before a
+// retry it checks whether the previous try landed (its reply may have been lost), so a
+// write is never applied twice and a landed write is not reported as a stale one.
+func (w *Worker) fencedWrite(ctx context.Context, e *execution, op string, write func(ctx context.Context) error) error {
+	var err error
+	for try := 0; try < 3; try++ {
+		if try > 0 {
+			select {
+			case <-time.After(time.Duration(try) * 200 * time.Millisecond):
+			case <-ctx.Done():
+				return errors.Join(err, ctx.Err())
+			}
+			lctx, cancel := context.WithTimeout(ctx, w.cfg.WriteTimeout)
+			_, landed, lerr := queue.Landed(lctx, w.pool, e.lease)
+			cancel()
+			if lerr == nil && landed {
+				return nil
+			}
+		}
+		wctx, cancel := context.WithTimeout(ctx, w.cfg.WriteTimeout)
+		err = write(wctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if errors.Is(err, ErrLeaseLost) {
+			w.obs.StaleWriteRejected(op, e.lease)
+			return err
+		}
+		w.log.Warn("lease write failed; retrying", "op", op, "job_id", e.lease.JobID, "err", err)
+	}
+	return err
+}
+
+// finish ends the execution: the lease is no longer tracked and the slot is free.
+func (e *execution) finish(outcome Outcome) {
+	w := e.w
+	e.mu.Lock()
+	if e.finished {
+		e.mu.Unlock()
+		return
+	}
+	e.finished = true
+	e.mu.Unlock()
+	e.deadline.Stop()
+	e.cancel(nil)
+	w.mu.Lock()
+	delete(w.execs, e.lease.JobID)
+	w.running[e.row.Queue]--
+	ql := w.queues[e.row.Queue]
+	w.mu.Unlock()
+	w.obs.JobFinished(e.row.Queue, e.row.Kind, outcome, time.Since(e.start))
+	if ql != nil {
+		ql.poke()
+	}
+	w.execWG.Done()
+}

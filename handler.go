@@ -1,0 +1,86 @@
+package fenceq
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/fenceq/fenceq/queue"
+)
+
+// HandlerFunc works one job of kind T.Kind(). Return nil to complete the job (or call
+// job.Commit for a fenced transaction), an error to retry it with backoff (discarded
+// after max attempts), or JobSnooze, JobCancel or JobDiscard to steer it. A panic is a
+// failure with its stack trace recorded; the worker keeps running.
+//
+// The context is cancelled when the job's lease is lost, when its local lease deadline
+// passes without a confirmed renewal, when the kind's timeout passes, and on a hard
+// shutdown; context.Cause tells which.
+type HandlerFunc[T JobArgs] func(ctx context.Context, job *Job[T]) error
+
+// HandlerOpts tunes one kind.
+type HandlerOpts struct {
+	// Timeout bounds one attempt; 0 means no timeout (the lease is renewed as long as
+	// the handler runs).
+	Timeout time.Duration
+	// Backoff overrides the worker's retry policy for this kind.
+	Backoff *queue.Backoff
+}
+
+// Handlers maps job kinds to handlers. Build one with NewHandlers and AddHandler, then
+// pass it in Config.Handlers.
+type Handlers struct {
+	m map[string]*handlerEntry
+}
+
+type handlerEntry struct {
+	kind string
+	opts HandlerOpts
+	run  func(ctx context.Context, row *JobRow, e *execution) error
+}
+
+// NewHandlers returns an empty registry.
+func NewHandlers() *Handlers { return &Handlers{m: map[string]*handlerEntry{}} }
+
+// AddHandler registers fn for the kind named by T's Kind method. It panics if the kind is
+// invalid or already registered: both are programming errors found at startup.
+func AddHandler[T JobArgs](hs *Handlers, fn HandlerFunc[T], opts ...HandlerOpts) {
+	if err := AddHandlerSafely(hs, fn, opts...); err != nil {
+		panic(err)
+	}
+}
+
+// AddHandlerSafely is AddHandler returning an error instead of panicking.
+func AddHandlerSafely[T JobArgs](hs *Handlers, fn HandlerFunc[T], opts ...HandlerOpts) error {
+	var zero T
+	kind := zero.Kind()
+	if err := queue.ValidateKind(kind); err != nil {
+		return fmt.Errorf("add handler: %w", err)
+	}
+	if _, dup := hs.m[kind]; dup {
+		return fmt.Errorf("add handler: kind %q is already registered", kind)
+	}
+	var o HandlerOpts
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	hs.m[kind] = &handlerEntry{kind: kind, opts: o, run: func(ctx context.Context, row *JobRow, e *execution) error {
+		job := &Job[T]{JobRow: row, exec: e}
+		if err := json.Unmarshal(row.Args, &job.Args); err != nil {
+			// Args that do not decode will never decode: retrying cannot help.
+			return JobDiscard(fmt.Errorf("decode %s args: %w", kind, err))
+		}
+		return fn(ctx, job)
+	}}
+	return nil
+}
+
+// Kinds returns the registered kinds.
+func (hs *Handlers) Kinds() []string {
+	out := make([]string, 0, len(hs.m))
+	for k := range hs.m {
+		out = append(out, k)
+	}
+	return out
+}

@@ -1,0 +1,92 @@
+package fenceq
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fenceq/fenceq/queue"
+)
+
+// Re-exported engine types, so applications import one package.
+type (
+	// JobRow is one row of fenceq_jobs.
+	JobRow = queue.JobRow
+	// Lease names one holding of a job: (job id, lease generation, holder).
+	Lease = queue.Lease
+	// State is a job state.
+	State = queue.State
+	// InsertResult is the outcome of Enqueue.
+	InsertResult = queue.InsertResult
+	// DBTX is a pool, connection or transaction.
+	DBTX = queue.DBTX
+	// Beginner is a DBTX that can open a transaction.
+	Beginner = queue.Beginner
+)
+
+// JobArgs are the arguments of one kind of job. They are stored as JSON; Kind names the
+// handler that runs them. Implement it on a value (not pointer) receiver.
+type JobArgs interface {
+	Kind() string
+}
+
+// JobArgsWithInsertOpts lets a kind of job carry default insert options.
+type JobArgsWithInsertOpts interface {
+	JobArgs
+	InsertOpts() InsertOpts
+}
+
+// Job is a job being worked: its row, its decoded args and its lease.
+type Job[T JobArgs] struct {
+	*JobRow
+	// Args are the job's decoded arguments.
+	Args T
+
+	exec *execution
+}
+
+// Lease returns the lease this attempt runs under.
+func (j *Job[T]) Lease() Lease { return j.exec.lease }
+
+// Commit runs fn in one short transaction fenced by the job's lease and completes the
+// job in that same transaction: the job's result rows, its outbox rows and its
+// completion commit together or not at all. If the lease was revoked (the worker paused
+// past it, an operator requeued the job), nothing is written and Commit returns an error
+// matching ErrLeaseLost; return it from the handler. Make slow calls before Commit, never
+// inside fn: the job row stays locked until COMMIT.
+//
+// After a successful Commit the handler's return value no longer matters: the job is
+// completed.
+func (j *Job[T]) Commit(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) error {
+	return j.exec.commit(ctx, fn)
+}
+
+// WithLease runs fn in a transaction fenced by the job's lease without completing the
+// job: for progress or partial results that must not be written by a stale holder.
+func (j *Job[T]) WithLease(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) error {
+	err := queue.WithLease(ctx, j.exec.w.pool, j.exec.lease, fn)
+	if errors.Is(err, ErrLeaseLost) {
+		j.exec.w.obs.StaleWriteRejected("with lease", j.exec.lease)
+	}
+	return err
+}
+
+// InsertOpts are the options of one enqueue. Zero values take the kind's InsertOpts (if
+// its args implement JobArgsWithInsertOpts), then the engine defaults.
+type InsertOpts struct {
+	// Queue defaults to "default".
+	Queue string
+	// Priority: lower runs first, 0–100. Defaults to 1.
+	Priority int
+	// RunAt schedules the job at an absolute time.
+	RunAt time.Time
+	// RunIn schedules the job this long after the database's now().
+	RunIn time.Duration
+	// MaxAttempts defaults to 25.
+	MaxAttempts int
+	// UniqueKey: while a job with this key is not finished, enqueueing another returns
+	// the existing one (InsertResult.Existing) instead of a second row.
+	UniqueKey string
+}

@@ -1,0 +1,300 @@
+package fenceq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fenceq/fenceq/queue"
+)
+
+// Worker claims jobs from its queues, runs their handlers under fenced leases, renews
+// every lease it holds in one statement per heartbeat, and runs the reaper, scheduler
+// and retention. Several workers (in one process or many) can share a database.
+type Worker struct {
+	cfg  Config
+	pool *pgxpool.Pool
+	log  *slog.Logger
+	obs  Observer
+
+	mu       sync.Mutex
+	execs    map[int64]*execution
+	running  map[string]int // per queue, including jobs awaiting their completion write
+	state    int            // 0 new, 1 started, 2 stopping, 3 stopped
+	queues   map[string]*queueLoop
+	complete chan *execution
+
+	jobCtx       context.Context // parent of job contexts; cancelled on hard stop
+	jobCancel    context.CancelCauseFunc
+	claimCancel  context.CancelFunc
+	bgCancel     context.CancelFunc
+	claimWG      sync.WaitGroup
+	execWG       sync.WaitGroup
+	bgWG         sync.WaitGroup
+	completerWG  sync.WaitGroup
+	completeDone chan struct{}
+}
+
+type queueLoop struct {
+	name string
+	max  int
+	wake chan struct{}
+}
+
+func (q *queueLoop) poke() {
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+// NewWorker validates the config and returns a worker that is not started yet.
+func NewWorker(pool *pgxpool.Pool, cfg Config) (*Worker, error) {
+	if pool == nil {
+		return nil, errors.New("new worker: pool is nil")
+	}
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	w := &Worker{
+		cfg: cfg, pool: pool, obs: cfg.Observer,
+		log:      cfg.Logger.With("worker", cfg.ID),
+		execs:    map[int64]*execution{},
+		running:  map[string]int{},
+		queues:   map[string]*queueLoop{},
+		complete: make(chan *execution, cfg.CompleteBatchSize),
+	}
+	for name, q := range cfg.Queues {
+		w.queues[name] = &queueLoop{name: name, max: q.MaxWorkers, wake: make(chan struct{}, 1)}
+	}
+	return w, nil
+}
+
+// ID returns the worker's id, as stored in fenceq_workers and leased_by.
+func (w *Worker) ID() string { return w.cfg.ID }
+
+// Config returns the worker's config with defaults applied.
+func (w *Worker) Config() Config { return w.cfg }
+
+// Start registers the worker in fenceq_workers and starts claiming. It returns once the
+// worker runs; call Stop to shut it down.
+func (w *Worker) Start(ctx context.Context) error {
+	w.mu.Lock()
+	if w.state != 0 {
+		w.mu.Unlock()
+		return errors.New("start worker: already started")
+	}
+	w.state = 1
+	w.mu.Unlock()
+
+	host, _ := os.Hostname()
+	names := make([]string, 0, len(w.queues))
+	for n := range w.queues {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	if err := queue.RegisterWorker(ctx, w.pool, w.cfg.ID, host, os.Getpid(), names); err != nil {
+		w.mu.Lock()
+		w.state = 0
+		w.mu.Unlock()
+		return fmt.Errorf("start worker: %w", err)
+	}
+
+	w.jobCtx, w.jobCancel = context.WithCancelCause(context.Background())
+	claimCtx, claimCancel := context.WithCancel(context.Background())
+	bgCtx, bgCancel := context.WithCancel(context.Background())
+	w.claimCancel, w.bgCancel = claimCancel, bgCancel
+
+	w.completeDone = make(chan struct{})
+	w.completerWG.Add(1)
+	go w.runCompleter()
+
+	w.bgWG.Add(2)
+	go w.runHeartbeat(bgCtx)
+	go w.runMaintenance(bgCtx)
+
+	if !w.cfg.DisableListen {
+		w.claimWG.Add(1)
+		go func() {
+			defer w.claimWG.Done()
+			queue.Listen(claimCtx, w.pool, queue.ListenConfig{
+				OnNotify: func(q string) {
+					if ql, ok := w.queues[q]; ok {
+						ql.poke()
+					}
+				},
+				OnConnect: func() {
+					for _, ql := range w.queues {
+						ql.poke()
+					}
+				},
+				OnError: func(err error) { w.log.Warn("job wake-ups interrupted; polling meanwhile", "err", err) },
+			})
+		}()
+	}
+	for _, ql := range w.queues {
+		w.claimWG.Add(1)
+		go w.runQueue(claimCtx, ql)
+	}
+	w.log.Info("worker started", "queues", names, "lease", w.cfg.LeaseDuration,
+		"heartbeat", w.cfg.HeartbeatInterval)
+	return nil
+}
+
+// Stop shuts the worker down gracefully: it stops claiming, lets running jobs finish
+// until ctx is done, then cancels the rest (cause ErrShutdown) and gives their leases
+// back with the fenced release, waits up to ShutdownGrace for their handlers to return,
+// and deregisters. A handler that ignores its context can still not write: its lease is
+// released. Stop returns an error if such handlers were still running at the end.
+func (w *Worker) Stop(ctx context.Context) error {
+	w.mu.Lock()
+	if w.state != 1 {
+		w.mu.Unlock()
+		return nil
+	}
+	w.state = 2
+	w.mu.Unlock()
+
+	w.claimCancel()
+	w.claimWG.Wait()
+
+	done := make(chan struct{})
+	go func() { w.execWG.Wait(); close(done) }()
+	var result error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		w.releaseAll()
+		grace := time.NewTimer(w.cfg.ShutdownGrace)
+		select {
+		case <-done:
+		case <-grace.C:
+			result = fmt.Errorf("stop worker %s: handlers still running %s after cancellation (their leases were released)",
+				w.cfg.ID, w.cfg.ShutdownGrace)
+		}
+		grace.Stop()
+	}
+	close(w.completeDone)
+	w.completerWG.Wait()
+	w.bgCancel()
+	w.bgWG.Wait()
+	w.jobCancel(ErrShutdown)
+
+	dctx, cancel := context.WithTimeout(context.Background(), w.cfg.WriteTimeout)
+	defer cancel()
+	if err := queue.DeregisterWorker(dctx, w.pool, w.cfg.ID); err != nil {
+		w.log.Warn("deregister worker", "err", err)
+	}
+	w.mu.Lock()
+	w.state = 3
+	w.mu.Unlock()
+	w.log.Info("worker stopped")
+	return result
+}
+
+// Run starts the worker, blocks until ctx is done, then stops it, giving running jobs
+// shutdownTimeout to finish.
+func (w *Worker) Run(ctx context.Context, shutdownTimeout time.Duration) error {
+	if err := w.Start(ctx); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	return w.Stop(sctx)
+}
+
+// releaseAll cancels every running job and releases its lease, fenced.
+func (w *Worker) releaseAll() {
+	w.mu.Lock()
+	execs := make([]*execution, 0, len(w.execs))
+	for _, e := range w.execs {
+		execs = append(execs, e)
+	}
+	w.mu.Unlock()
+	for _, e := range execs {
+		if !e.markReleased() {
+			continue
+		}
+		e.cancel(ErrShutdown)
+		ctx, cancel := context.WithTimeout(context.Background(), w.cfg.WriteTimeout)
+		err := w.fencedWrite(ctx, e, "release", func(ctx context.Context) error {
+			return queue.Release(ctx, w.pool, e.lease)
+		})
+		cancel()
+		if err != nil {
+			w.log.Warn("release lease on shutdown", "job_id", e.lease.JobID, "lease_gen", e.lease.Gen, "err", err)
+		} else {
+			w.log.Info("released lease on shutdown", "job_id", e.lease.JobID, "lease_gen", e.lease.Gen)
+		}
+	}
+}
+
+// RunningJobs returns the leases this worker holds now.
+func (w *Worker) RunningJobs() []Lease {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make([]Lease, 0, len(w.execs))
+	for _, e := range w.execs {
+		out = append(out, e.lease)
+	}
+	return out
+}
+
+func (w *Worker) runQueue(ctx context.Context, ql *queueLoop) {
+	defer w.claimWG.Done()
+	poll := time.NewTicker(w.cfg.PollInterval)
+	defer poll.Stop()
+	for {
+		full := w.claimOnce(ctx, ql)
+		if full && ctx.Err() == nil {
+			continue // there may be more: claim again at once
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-ql.wake:
+		case <-poll.C:
+		}
+	}
+}
+
+// claimOnce claims up to the free slots of a queue and starts the jobs. It reports
+// whether it filled the batch it asked for.
+func (w *Worker) claimOnce(ctx context.Context, ql *queueLoop) bool {
+	w.mu.Lock()
+	free := ql.max - w.running[ql.name]
+	w.mu.Unlock()
+	limit := min(free, w.cfg.ClaimBatchSize)
+	if limit <= 0 {
+		return false
+	}
+	sent := time.Now()
+	rows, err := queue.Claim(ctx, w.pool, queue.ClaimParams{
+		Queue: ql.name, WorkerID: w.cfg.ID, Limit: limit, Lease: w.cfg.LeaseDuration})
+	if err != nil {
+		if ctx.Err() == nil {
+			w.log.Warn("claim failed", "queue", ql.name, "err", err)
+		}
+		return false
+	}
+	for _, row := range rows {
+		w.startExecution(row, sent)
+	}
+	return len(rows) == limit
+}
+
+func hostname() string {
+	h, _ := os.Hostname()
+	return h
+}
+
+func pid() int { return os.Getpid() }

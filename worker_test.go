@@ -1,0 +1,121 @@
+package fenceq_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fenceq/fenceq"
+	"github.com/fenceq/fenceq/internal/dbtest"
+	"github.com/fenceq/fenceq/queue"
+)
+
+type testBundle struct {
+	db  *dbtest.DB
+	ctx context.Context
+	hs  *fenceq.Handlers
+}
+
+func setup(t *testing.T) *testBundle {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	db := dbtest.New(t)
+	if _, err := db.Pool.Exec(ctx, `CREATE TABLE results (job_id bigint NOT NULL, lease_gen bigint NOT NULL, value text NOT NULL, UNIQUE (job_id))`); err != nil {
+		t.Fatal(err)
+	}
+	return &testBundle{db: db, ctx: ctx, hs: fenceq.NewHandlers()}
+}
+
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// fastConfig is a worker config with a short lease, for tests.
+func (b *testBundle) fastConfig(lease time.Duration) fenceq.Config {
+	return fenceq.Config{
+		Handlers:       b.hs,
+		LeaseDuration:  lease,
+		ReaperInterval: lease / 4,
+		PollInterval:   50 * time.Millisecond,
+		Logger:         quietLogger(),
+	}
+}
+
+func (b *testBundle) startWorker(t *testing.T, cfg fenceq.Config) *fenceq.Worker {
+	t.Helper()
+	w, err := fenceq.NewWorker(b.db.Pool, cfg)
+	if err != nil {
+		t.Fatalf("new worker: %v", err)
+	}
+	if err := w.Start(b.ctx); err != nil {
+		t.Fatalf("start worker: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := w.Stop(ctx); err != nil {
+			t.Errorf("stop worker: %v", err)
+		}
+	})
+	return w
+}
+
+func (b *testBundle) waitState(t *testing.T, id int64, want queue.State, within time.Duration) *queue.JobRow {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		j, err := queue.GetJob(b.ctx, b.db.Pool, id)
+		if err != nil {
+			t.Fatalf("get job: %v", err)
+		}
+		if j.State == want {
+			return j
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job %d is %s after %s, want %s (errors %+v)", id, j.State, within, want, j.Errors)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+type echoArgs struct {
+	Value string `json:"value"`
+}
+
+func (echoArgs) Kind() string { return "echo" }
+
+func TestWorkerRunsJobsWithFencedCommit(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var ran atomic.Int64
+	fenceq.AddHandler(b.hs, func(ctx context.Context, job *fenceq.Job[echoArgs]) error {
+		ran.Add(1)
+		return job.Commit(ctx, func(ctx context.Context, tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, `INSERT INTO results (job_id, lease_gen, value) VALUES ($1, $2, $3)`,
+				job.ID, job.Lease().Gen, job.Args.Value)
+			return err
+		})
+	})
+	b.startWorker(t, b.fastConfig(2*time.Second))
+	res, err := fenceq.Enqueue(b.ctx, b.db.Pool, echoArgs{Value: "hello"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.waitState(t, res.Job.ID, queue.StateCompleted, 10*time.Second)
+	var v string
+	if err := b.db.Pool.QueryRow(b.ctx, `SELECT value FROM results WHERE job_id = $1`, res.Job.ID).Scan(&v); err != nil || v != "hello" {
+		t.Fatalf("result row: %q %v", v, err)
+	}
+	if ran.Load() != 1 {
+		t.Fatalf("handler ran %d times", ran.Load())
+	}
+}
+
+var _ = errors.Is
+var _ sync.Mutex
