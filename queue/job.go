@@ -69,12 +69,12 @@ type Lease struct {
 
 // AttemptError is one failed attempt, stored in the job's errors column.
 type AttemptError struct {
-	At      time.Time `json:"at"`
-	Attempt int       `json:"attempt"`
-	LeaseGen int64    `json:"lease_gen"`
-	Worker  string    `json:"worker,omitempty"`
-	Error   string    `json:"error"`
-	Trace   string    `json:"trace,omitempty"`
+	At       time.Time `json:"at"`
+	Attempt  int       `json:"attempt"`
+	LeaseGen int64     `json:"lease_gen"`
+	Worker   string    `json:"worker,omitempty"`
+	Error    string    `json:"error"`
+	Trace    string    `json:"trace,omitempty"`
 }
 
 // JobRow is one row of fenceq_jobs.
