@@ -1,0 +1,1 @@
+DROP TABLE IF EXISTS fenceq_idempotency_keys;

@@ -1,0 +1,371 @@
+package queue
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Idempotency keys make a retried request return the first request's result instead of
+// doing the work again. The decision is one atomic conditional write in the transaction
+// that does the work:
+//
+//	BEGIN;
+//	INSERT INTO fenceq_idempotency_keys … ON CONFLICT (scope, key) DO NOTHING RETURNING …;
+//	-- inserted: this transaction owns the key; do the work, then FinishIdempotencyKey.
+//	-- conflict: read the stored row; same request hash: replay its response,
+//	--           different hash: ErrKeyReuse.
+//	COMMIT;
+//
+// Under READ COMMITTED a concurrent owner's uncommitted insert of the same key makes the
+// INSERT wait for that transaction: if it commits, the INSERT conflicts and the stored
+// result is read; if it rolls back (its process died), the INSERT succeeds and this
+// request becomes the owner. The wait is bounded by ClaimKeyParams.Wait (lock_timeout);
+// past it the claim fails with ErrKeyInFlight and the transaction is aborted.
+//
+// Keys expire TTL after they were finished; an expired key behaves as absent (the next
+// claim takes it over). DeleteExpiredIdempotencyKeys removes expired finished keys and
+// never an in-flight one.
+
+// ErrKeyInFlight means the idempotency key is held by a request that has not finished:
+// its owner's transaction did not commit within the wait, or an owner working in
+// separate transactions has not finished the key yet. Retry later with the same key.
+var ErrKeyInFlight = errors.New("idempotency key is in flight: the first request with this key has not finished")
+
+// Idempotency defaults and limits.
+const (
+	// DefaultIdempotencyTTL is how long a finished key is kept.
+	DefaultIdempotencyTTL = 24 * time.Hour
+	// DefaultIdempotencyWait bounds how long a claim waits for an in-flight owner.
+	DefaultIdempotencyWait = 2 * time.Second
+	// MaxIdempotencyScopeLen bounds a scope name.
+	MaxIdempotencyScopeLen = 128
+	// MaxRequestHashLen bounds a request hash (a SHA-512 fits).
+	MaxRequestHashLen = 64
+)
+
+// IdemState is the state of an idempotency key.
+type IdemState string
+
+// Idempotency key states.
+const (
+	// IdemInFlight: the owner has not stored a result yet.
+	IdemInFlight IdemState = "in_flight"
+	// IdemFinished: the result is stored and is replayed to retries until the key expires.
+	IdemFinished IdemState = "finished"
+)
+
+// IdemRecord is one row of fenceq_idempotency_keys.
+type IdemRecord struct {
+	Scope       string
+	Key         string
+	RequestHash []byte
+	State       IdemState
+	// Gen is the ownership generation; it grows when an expired key is taken over.
+	// FinishIdempotencyKey and ReleaseIdempotencyKey are fenced by it.
+	Gen        int64
+	ResourceID string
+	// ResponseStatus and Response are what the owner stored (e.g. an HTTP status and
+	// body), replayed byte for byte.
+	ResponseStatus int
+	Response       []byte
+	CreatedAt      time.Time
+	FinishedAt     *time.Time
+	ExpiresAt      time.Time
+	// Expired is expires_at < now() by the database's clock when the row was read.
+	Expired bool
+}
+
+// ClaimKeyParams describes one claim of an idempotency key.
+type ClaimKeyParams struct {
+	// Scope separates key spaces (e.g. "orders"): 1–128 characters of letters, digits
+	// and "_ . : -".
+	Scope string
+	// Key is the client's idempotency key: 1–255 printable characters.
+	Key string
+	// RequestHash identifies the request (1–64 bytes, e.g. HashRequest of its canonical
+	// form). A retry must send the same request; another one is ErrKeyReuse.
+	RequestHash []byte
+	// TTL is how long the key lives. Defaults to DefaultIdempotencyTTL.
+	TTL time.Duration
+	// Wait bounds how long the claim waits for an uncommitted owner of the same key,
+	// through a transaction-local lock_timeout that is restored afterwards. Defaults to
+	// DefaultIdempotencyWait; negative leaves lock_timeout as the session has it.
+	Wait time.Duration
+}
+
+// ClaimResult is the outcome of ClaimIdempotencyKey.
+type ClaimResult struct {
+	// Record is the key's row as this transaction sees it.
+	Record *IdemRecord
+	// Owned is true when this transaction holds the key: do the work and call
+	// FinishIdempotencyKey before COMMIT (or in a later transaction). When false, the
+	// key is finished with the same request hash: replay Record's response.
+	Owned bool
+	// Waited is true when another owner held the key, uncommitted, as the claim arrived:
+	// the claim waited for that owner's transaction to end.
+	Waited bool
+	// TookOver is true when the key existed but had expired, and was claimed anew.
+	TookOver bool
+}
+
+func (p *ClaimKeyParams) normalize() error {
+	if err := validateName("scope", p.Scope, MaxIdempotencyScopeLen); err != nil {
+		return err
+	}
+	if err := ValidateUniqueKey("idempotency_key", p.Key); err != nil {
+		return err
+	}
+	if len(p.RequestHash) == 0 || len(p.RequestHash) > MaxRequestHashLen {
+		return invalid("request_hash", "is %d bytes; want 1–%d", len(p.RequestHash), MaxRequestHashLen)
+	}
+	if p.TTL < 0 {
+		return invalid("ttl", "%s is negative", p.TTL)
+	}
+	if p.TTL == 0 {
+		p.TTL = DefaultIdempotencyTTL
+	}
+	if p.TTL < time.Microsecond {
+		return invalid("ttl", "%s is shorter than a microsecond", p.TTL)
+	}
+	if p.Wait == 0 {
+		p.Wait = DefaultIdempotencyWait
+	}
+	return nil
+}
+
+// lockTimeout renders a wait as a lock_timeout value; PostgreSQL's 0 would mean "no
+// limit", so the shortest wait is 1 ms.
+func lockTimeout(d time.Duration) string {
+	return fmt.Sprintf("%dms", max(1, d.Milliseconds()))
+}
+
+// ClaimIdempotencyKey decides, atomically, whether this transaction owns the key (see
+// the package documentation on idempotency keys). Results:
+//
+//   - Owned: do the work in tx, then FinishIdempotencyKey.
+//   - not Owned, nil error: the key is finished with the same request hash; replay
+//     Record.ResponseStatus / Record.Response.
+//   - ErrKeyReuse: the key is finished with a different request hash (Record set).
+//   - ErrKeyInFlight: the owner did not finish within p.Wait (Record set when an owner
+//     working in separate transactions left the key in flight). When the wait timed
+//     out, the transaction is aborted; on any error, roll tx back.
+//
+// tx must run at READ COMMITTED (PostgreSQL's default) so that a conflicting insert
+// sees the owner's committed row. The common cases take one round trip: the statements
+// are sent as one pipelined batch.
+func ClaimIdempotencyKey(ctx context.Context, tx pgx.Tx, p ClaimKeyParams) (*ClaimResult, error) {
+	if err := p.normalize(); err != nil {
+		return nil, err
+	}
+	what := fmt.Sprintf("claim idempotency key %q in scope %q", truncate(p.Key, 64), p.Scope)
+	// A key can be deleted by cleanup, or taken over by another request, between our
+	// insert and our read; then the claim simply starts again. Each turn follows a
+	// change of the row by someone else, so a few turns are plenty.
+	for try := 0; try < 5; try++ {
+		var committedBefore bool
+		var inserted, current *IdemRecord
+		b := &pgx.Batch{}
+		queueWithWait(b, p.Wait, func(b *pgx.Batch) {
+			b.Queue(sqlIdemProbe, p.Scope, p.Key).QueryRow(func(row pgx.Row) error {
+				return row.Scan(&committedBefore)
+			})
+			b.Queue(sqlIdemInsert, p.Scope, p.Key, p.RequestHash, micros(p.TTL)).QueryRow(func(row pgx.Row) error {
+				var err error
+				inserted, err = scanIdemOptional(row)
+				return err
+			})
+			b.Queue(sqlIdemGet, p.Scope, p.Key).QueryRow(func(row pgx.Row) error {
+				var err error
+				current, err = scanIdemOptional(row)
+				return err
+			})
+		})
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			if PgCode(err) == CodeLockNotAvailable {
+				return nil, fmt.Errorf("%s: waited %s for the owner's transaction: %w", what, p.Wait, ErrKeyInFlight)
+			}
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+		// The key was in flight when we arrived if the probe did not see it committed
+		// but the insert then conflicted: the insert waited for the owner's COMMIT.
+		waited := !committedBefore && inserted == nil
+		switch {
+		case inserted != nil:
+			return &ClaimResult{Record: inserted, Owned: true}, nil
+		case current == nil:
+			continue // deleted by cleanup since our insert conflicted
+		case current.Expired:
+			took, err := takeOver(ctx, tx, p)
+			if err != nil {
+				return nil, fmt.Errorf("%s: take over the expired key: %w", what, err)
+			}
+			if took == nil {
+				continue // another request took it over or cleanup deleted it first
+			}
+			return &ClaimResult{Record: took, Owned: true, Waited: waited, TookOver: true}, nil
+		case current.State == IdemInFlight:
+			return &ClaimResult{Record: current, Waited: true},
+				fmt.Errorf("%s: its owner has not finished it: %w", what, ErrKeyInFlight)
+		case !bytes.Equal(current.RequestHash, p.RequestHash):
+			return &ClaimResult{Record: current, Waited: waited},
+				fmt.Errorf("%s: %w", what, ErrKeyReuse)
+		default:
+			return &ClaimResult{Record: current, Waited: waited}, nil
+		}
+	}
+	return nil, fmt.Errorf("%s: the key kept changing under concurrent claims and cleanup", what)
+}
+
+// takeOver claims an expired key anew. It returns nil when the key is no longer expired
+// (another request took it over) or gone (cleanup deleted it).
+func takeOver(ctx context.Context, tx pgx.Tx, p ClaimKeyParams) (*IdemRecord, error) {
+	var rec *IdemRecord
+	b := &pgx.Batch{}
+	queueWithWait(b, p.Wait, func(b *pgx.Batch) {
+		b.Queue(sqlIdemTakeOver, p.Scope, p.Key, p.RequestHash, micros(p.TTL)).QueryRow(func(row pgx.Row) error {
+			var err error
+			rec, err = scanIdemOptional(row)
+			return err
+		})
+	})
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		if PgCode(err) == CodeLockNotAvailable {
+			return nil, fmt.Errorf("waited %s for a concurrent takeover: %w", p.Wait, ErrKeyInFlight)
+		}
+		return nil, err
+	}
+	return rec, nil
+}
+
+// queueWithWait queues body's statements between setting lock_timeout to wait and
+// restoring the transaction's previous value, all in the same batch: the previous value
+// is kept in a transaction-local custom setting.
+func queueWithWait(b *pgx.Batch, wait time.Duration, body func(b *pgx.Batch)) {
+	if wait <= 0 {
+		body(b)
+		return
+	}
+	b.Queue(sqlSaveLockTimeout)
+	b.Queue(sqlSetLockTimeout, lockTimeout(wait))
+	body(b)
+	b.Queue(sqlRestoreLockTimeout)
+}
+
+// IdemResponse is the result an owner stores with its key.
+type IdemResponse struct {
+	// ResourceID names what the request created, e.g. an order id.
+	ResourceID string
+	// Status is the response status to replay, e.g. an HTTP status code; 0 stores none.
+	Status int
+	// Body is the response to replay, byte for byte.
+	Body []byte
+}
+
+// FinishIdempotencyKey stores the owner's result and marks the key finished; its TTL
+// restarts now. Call it in the transaction that wrote the result (or, for a key claimed
+// in an earlier transaction, in the one that completes the work). It returns an error
+// matching ErrLeaseLost when rec's generation no longer owns an in-flight key: the key
+// expired and was taken over, or was released.
+func FinishIdempotencyKey(ctx context.Context, db DBTX, rec *IdemRecord, resp IdemResponse) (*IdemRecord, error) {
+	var status *int32
+	if resp.Status != 0 {
+		s := int32(resp.Status)
+		status = &s
+	}
+	out, err := scanIdemOptional(db.QueryRow(ctx, sqlIdemFinish, rec.Scope, rec.Key, rec.Gen,
+		nullString(resp.ResourceID), status, resp.Body))
+	if err != nil {
+		return nil, fmt.Errorf("finish idempotency key %q in scope %q: %w", truncate(rec.Key, 64), rec.Scope, err)
+	}
+	if out == nil {
+		return nil, fmt.Errorf("finish idempotency key %q in scope %q at generation %d: no longer owned: %w",
+			truncate(rec.Key, 64), rec.Scope, rec.Gen, ErrLeaseLost)
+	}
+	return out, nil
+}
+
+// ReleaseIdempotencyKey deletes an in-flight key its owner gives up on, so that a retry
+// can claim it at once. It matches ErrLeaseLost when rec's generation no longer owns an
+// in-flight key. (A key claimed and worked in one transaction needs no release: rolling
+// back removes it.)
+func ReleaseIdempotencyKey(ctx context.Context, db DBTX, rec *IdemRecord) error {
+	tag, err := db.Exec(ctx, sqlIdemRelease, rec.Scope, rec.Key, rec.Gen)
+	if err != nil {
+		return fmt.Errorf("release idempotency key %q in scope %q: %w", truncate(rec.Key, 64), rec.Scope, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("release idempotency key %q in scope %q at generation %d: no longer owned: %w",
+			truncate(rec.Key, 64), rec.Scope, rec.Gen, ErrLeaseLost)
+	}
+	return nil
+}
+
+// GetIdempotencyKey reads one key, or returns ErrNotFound.
+func GetIdempotencyKey(ctx context.Context, db DBTX, scope, key string) (*IdemRecord, error) {
+	rec, err := scanIdemOptional(db.QueryRow(ctx, sqlIdemGet, scope, key))
+	if err != nil {
+		return nil, fmt.Errorf("read idempotency key %q in scope %q: %w", truncate(key, 64), scope, err)
+	}
+	if rec == nil {
+		return nil, fmt.Errorf("idempotency key %q in scope %q: %w", truncate(key, 64), scope, ErrNotFound)
+	}
+	return rec, nil
+}
+
+// DeleteExpiredIdempotencyKeys deletes up to limit finished keys whose TTL passed by the
+// database's clock and returns how many it deleted. In-flight keys are never deleted,
+// whatever their expiry; keys being taken over at the same moment are skipped. Call it
+// in a loop until it returns fewer than limit.
+func DeleteExpiredIdempotencyKeys(ctx context.Context, db DBTX, limit int) (int64, error) {
+	if limit <= 0 {
+		return 0, invalid("limit", "%d is not positive", limit)
+	}
+	tag, err := db.Exec(ctx, sqlIdemDeleteExpired, limit)
+	if err != nil {
+		return 0, fmt.Errorf("delete expired idempotency keys: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// HashRequest returns the SHA-256 of v's JSON encoding: a canonical request hash when v
+// is the strictly decoded request (struct fields encode in a fixed order and map keys
+// sorted, so whitespace and key order of the client's body do not matter).
+func HashRequest(v any) ([]byte, error) {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("hash request: %w", err)
+	}
+	sum := sha256.Sum256(raw)
+	return sum[:], nil
+}
+
+// scanIdemOptional scans one row, returning nil (and no error) when there is none.
+func scanIdemOptional(row pgx.Row) (*IdemRecord, error) {
+	var r IdemRecord
+	var state string
+	var resourceID *string
+	var status *int32
+	err := row.Scan(&r.Scope, &r.Key, &r.RequestHash, &state, &r.Gen, &resourceID, &status,
+		&r.Response, &r.CreatedAt, &r.FinishedAt, &r.ExpiresAt, &r.Expired)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	r.State = IdemState(state)
+	if resourceID != nil {
+		r.ResourceID = *resourceID
+	}
+	if status != nil {
+		r.ResponseStatus = int(*status)
+	}
+	return &r, nil
+}
