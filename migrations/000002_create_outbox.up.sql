@@ -24,3 +24,5 @@ CREATE TABLE fenceq_outbox (
 );
 CREATE INDEX fenceq_outbox_pending_idx ON fenceq_outbox (available_at) WHERE state = 'pending';
 CREATE INDEX fenceq_outbox_job_idx ON fenceq_outbox (job_id);
+-- Failed rows wait for an operator; counting and listing them must stay cheap.
+CREATE INDEX fenceq_outbox_failed_idx ON fenceq_outbox (id) WHERE state = 'failed';

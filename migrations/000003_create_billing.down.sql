@@ -1,0 +1,4 @@
+DROP TABLE IF EXISTS invoice_lines;
+DROP TABLE IF EXISTS invoices;
+DROP TABLE IF EXISTS usage_records;
+DROP TABLE IF EXISTS customers;

@@ -1,0 +1,208 @@
+package queue_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fenceq/fenceq/queue"
+)
+
+// insertOutbox writes one outbox row and its delivery job, committed.
+func (b *testBundle) insertOutbox(t *testing.T, key string, maxAttempts int) *queue.OutboxResult {
+	t.Helper()
+	var res *queue.OutboxResult
+	err := pgx.BeginFunc(b.ctx, b.db.Pool, func(tx pgx.Tx) error {
+		var err error
+		res, err = queue.InsertOutbox(b.ctx, tx, queue.OutboxParams{
+			Topic: "email", DedupeKey: key, Payload: []byte(`{"to":["a@example.com"]}`), MaxAttempts: maxAttempts})
+		return err
+	})
+	if err != nil {
+		t.Fatalf("insert outbox row: %v", err)
+	}
+	return res
+}
+
+func (b *testBundle) claimOutbox(t *testing.T, worker string, lease time.Duration) *queue.JobRow {
+	t.Helper()
+	jobs, err := queue.Claim(b.ctx, b.db.Pool, queue.ClaimParams{Queue: queue.OutboxQueue, WorkerID: worker, Limit: 1, Lease: lease})
+	if err != nil || len(jobs) != 1 {
+		t.Fatalf("claim delivery job: %v (%d jobs)", err, len(jobs))
+	}
+	return jobs[0]
+}
+
+func (b *testBundle) outbox(t *testing.T, id int64) *queue.OutboxRow {
+	t.Helper()
+	o, err := queue.GetOutbox(b.ctx, b.db.Pool, id)
+	if err != nil {
+		t.Fatalf("get outbox row: %v", err)
+	}
+	return o
+}
+
+func TestOutboxRelayWritesAreFenced(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	res := b.insertOutbox(t, "invoice-email:1", 0)
+	if res.Existing || res.DeliveryJobID == 0 {
+		t.Fatalf("insert: %+v", res)
+	}
+	jobA := b.claimOutbox(t, "A", time.Minute)
+	if jobA.ID != res.DeliveryJobID {
+		t.Fatalf("claimed job %d, want delivery job %d", jobA.ID, res.DeliveryJobID)
+	}
+	leaseA := jobA.Lease()
+	attempt, err := queue.BeginOutboxAttempt(b.ctx, b.db.Pool, res.ID, leaseA)
+	if err != nil || attempt != 1 {
+		t.Fatalf("A begins attempt: %d %v", attempt, err)
+	}
+	if o := b.outbox(t, res.ID); o.LeaseGen != leaseA.Gen || o.LeasedBy == nil || *o.LeasedBy != "A" ||
+		o.LeaseExpiresAt == nil || o.DeliveryJobState != queue.StateRunning {
+		t.Fatalf("row during A's attempt: %+v", o)
+	}
+
+	// A pauses past its lease; the reaper revokes it and B claims a newer generation.
+	b.expire(t, jobA.ID)
+	if revs, err := queue.Reap(b.ctx, b.db.Pool, queue.ReapParams{HolderFresh: time.Minute}); err != nil || len(revs) != 1 {
+		t.Fatalf("reap: %v %+v", err, revs)
+	}
+	jobB := b.claimOutbox(t, "B", time.Minute)
+	leaseB := jobB.Lease()
+	if jobB.ID != jobA.ID || leaseB.Gen <= leaseA.Gen {
+		t.Fatalf("B claimed %d gen %d after A's gen %d", jobB.ID, leaseB.Gen, leaseA.Gen)
+	}
+	staleBefore := b.events(t, queue.EventStaleWriteRejected)
+	for name, write := range map[string]func() error{
+		"begin": func() error { _, err := queue.BeginOutboxAttempt(b.ctx, b.db.Pool, res.ID, leaseA); return err },
+		"delivered": func() error { return queue.MarkOutboxDelivered(b.ctx, b.db.Pool, res.ID, leaseA) },
+		"failed":    func() error { return queue.MarkOutboxFailed(b.ctx, b.db.Pool, res.ID, leaseA, "x") },
+		"attempt":   func() error { return queue.RecordOutboxAttempt(b.ctx, b.db.Pool, res.ID, leaseA, "x") },
+	} {
+		if err := write(); !errors.Is(err, queue.ErrLeaseLost) {
+			t.Errorf("%s with A's stale lease: got %v, want ErrLeaseLost", name, err)
+		}
+	}
+	if n := b.events(t, queue.EventStaleWriteRejected) - staleBefore; n != 4 {
+		t.Errorf("stale_write_rejected events for A's outbox writes = %d, want 4", n)
+	}
+
+	if _, err := queue.BeginOutboxAttempt(b.ctx, b.db.Pool, res.ID, leaseB); err != nil {
+		t.Fatalf("B begins attempt: %v", err)
+	}
+	err = queue.FencedCommit(b.ctx, b.db.Pool, leaseB, func(ctx context.Context, tx pgx.Tx) error {
+		return queue.MarkOutboxDelivered(ctx, tx, res.ID, leaseB)
+	})
+	if err != nil {
+		t.Fatalf("B marks delivered: %v", err)
+	}
+	o := b.outbox(t, res.ID)
+	if o.State != queue.OutboxDelivered || o.DeliveredAt == nil || o.Attempt != 2 || o.LeaseGen != leaseB.Gen ||
+		o.LeasedBy == nil || *o.LeasedBy != "B" || o.LeaseExpiresAt != nil || o.DeliveryJobState != queue.StateCompleted {
+		t.Fatalf("delivered row: %+v", o)
+	}
+	// A delivered row is final: a second mark under a live lease is a wrong state, not
+	// a second delivery.
+	if _, err := queue.RequeueJob(b.ctx, b.db.Pool, jobA.ID); err != nil {
+		t.Fatal(err)
+	}
+	jobC := b.claimOutbox(t, "C", time.Minute)
+	if err := queue.MarkOutboxDelivered(b.ctx, b.db.Pool, res.ID, jobC.Lease()); !errors.Is(err, queue.ErrWrongState) {
+		t.Fatalf("mark a delivered row again: %v, want ErrWrongState", err)
+	}
+}
+
+func TestOutboxOrphanFailRetryAndStats(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	// One attempt only; its holder "crashes": the reaper discards the delivery job
+	// without any handler having marked the row.
+	res := b.insertOutbox(t, "order-email:7", 1)
+	healthy := b.insertOutbox(t, "order-email:8", 0)
+	job := b.claimOutbox(t, "crashed", time.Minute)
+	if job.ID != res.DeliveryJobID {
+		t.Fatalf("claimed %d, want %d", job.ID, res.DeliveryJobID)
+	}
+	b.expire(t, job.ID)
+	revs, err := queue.Reap(b.ctx, b.db.Pool, queue.ReapParams{HolderFresh: time.Minute})
+	if err != nil || len(revs) != 1 || revs[0].State != queue.StateDiscarded {
+		t.Fatalf("reap: %v %+v", err, revs)
+	}
+	if _, err := b.db.Pool.Exec(b.ctx, `UPDATE fenceq_outbox SET available_at = now() - interval '90 seconds' WHERE id = $1`, healthy.ID); err != nil {
+		t.Fatal(err)
+	}
+	st, err := queue.OutboxStats(b.ctx, b.db.Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Pending != 2 || st.Orphaned != 1 || st.Failed != 0 || st.OldestPendingAge < 90*time.Second {
+		t.Fatalf("stats before sweep: %+v", st)
+	}
+
+	ids, err := queue.FailOrphanedOutbox(b.ctx, b.db.Pool, 100)
+	if err != nil || len(ids) != 1 || ids[0] != res.ID {
+		t.Fatalf("fail orphans: %v %v, want [%d]", ids, err, res.ID)
+	}
+	o := b.outbox(t, res.ID)
+	if o.State != queue.OutboxFailed || o.LastError == nil || !strings.Contains(*o.LastError, "discarded") {
+		t.Fatalf("orphan after sweep: %+v", o)
+	}
+	if again, err := queue.FailOrphanedOutbox(b.ctx, b.db.Pool, 100); err != nil || len(again) != 0 {
+		t.Fatalf("second sweep: %v %v", again, err)
+	}
+	if st, _ := queue.OutboxStats(b.ctx, b.db.Pool); st.Pending != 1 || st.Failed != 1 || st.Orphaned != 0 {
+		t.Fatalf("stats after sweep: %+v", st)
+	}
+	failed, err := queue.ListOutbox(b.ctx, b.db.Pool, queue.OutboxListParams{State: queue.OutboxFailed})
+	if err != nil || len(failed) != 1 || failed[0].ID != res.ID {
+		t.Fatalf("list failed: %v %+v", err, failed)
+	}
+	if all, err := queue.ListOutbox(b.ctx, b.db.Pool, queue.OutboxListParams{Topic: "email"}); err != nil || len(all) != 2 || all[0].ID != healthy.ID {
+		t.Fatalf("list all (newest first): %v %+v", err, all)
+	}
+	if _, err := queue.ListOutbox(b.ctx, b.db.Pool, queue.OutboxListParams{State: "lost"}); !errors.Is(err, queue.ErrInvalid) {
+		t.Fatalf("list with a bad state: %v", err)
+	}
+
+	// An operator retries it: pending again, with a new delivery job.
+	r, err := queue.RetryOutbox(b.ctx, b.db.Pool, res.ID)
+	if err != nil {
+		t.Fatalf("retry: %v", err)
+	}
+	if r.State != queue.OutboxPending || r.DeliveryJobID == nil || *r.DeliveryJobID == res.DeliveryJobID ||
+		r.DeliveryJobState != queue.StateAvailable || r.DedupeKey != "order-email:7" {
+		t.Fatalf("retried row: %+v", r)
+	}
+	if _, err := queue.RetryOutbox(b.ctx, b.db.Pool, res.ID); !errors.Is(err, queue.ErrWrongState) {
+		t.Fatalf("retry a pending row with a live job: %v, want ErrWrongState", err)
+	}
+	if _, err := queue.RetryOutbox(b.ctx, b.db.Pool, 987654); !errors.Is(err, queue.ErrNotFound) {
+		t.Fatalf("retry unknown row: %v, want ErrNotFound", err)
+	}
+
+	// The new job's holder rejects it permanently: failed, with the reason, under its lease.
+	var newJob *queue.JobRow
+	for _, j := range []*queue.JobRow{b.claimOutbox(t, "D", time.Minute), b.claimOutbox(t, "D", time.Minute)} {
+		if j.ID == *r.DeliveryJobID {
+			newJob = j
+		}
+	}
+	if newJob == nil {
+		t.Fatalf("new delivery job %d was not claimed", *r.DeliveryJobID)
+	}
+	err = queue.WithLease(b.ctx, b.db.Pool, newJob.Lease(), func(ctx context.Context, tx pgx.Tx) error {
+		return queue.MarkOutboxFailed(ctx, tx, res.ID, newJob.Lease(), "550 no such user")
+	})
+	if err != nil {
+		t.Fatalf("mark failed: %v", err)
+	}
+	o = b.outbox(t, res.ID)
+	if o.State != queue.OutboxFailed || o.LastError == nil || *o.LastError != "550 no such user" || o.LeaseGen != newJob.LeaseGen {
+		t.Fatalf("failed row: %+v", o)
+	}
+}
