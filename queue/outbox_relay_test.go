@@ -79,7 +79,7 @@ func TestOutboxRelayWritesAreFenced(t *testing.T) {
 	}
 	staleBefore := b.events(t, queue.EventStaleWriteRejected)
 	for name, write := range map[string]func() error{
-		"begin": func() error { _, err := queue.BeginOutboxAttempt(b.ctx, b.db.Pool, res.ID, leaseA); return err },
+		"begin":     func() error { _, err := queue.BeginOutboxAttempt(b.ctx, b.db.Pool, res.ID, leaseA); return err },
 		"delivered": func() error { return queue.MarkOutboxDelivered(b.ctx, b.db.Pool, res.ID, leaseA) },
 		"failed":    func() error { return queue.MarkOutboxFailed(b.ctx, b.db.Pool, res.ID, leaseA, "x") },
 		"attempt":   func() error { return queue.RecordOutboxAttempt(b.ctx, b.db.Pool, res.ID, leaseA, "x") },
