@@ -17,7 +17,7 @@ const outboxFrom = `fenceq_outbox o LEFT JOIN fenceq_jobs dj ON dj.id = o.delive
 
 const sqlGetOutbox = `SELECT ` + outboxColumns + ` FROM ` + outboxFrom + ` WHERE o.id = $1`
 
-// sqlListOutbox: $1 state (” for any), $2 topic (” for any), $3 limit, $4 before id
+// sqlListOutbox: $1 state (empty for any), $2 topic (empty for any), $3 limit, $4 before id
 // (0 for the newest).
 const sqlListOutbox = `
 SELECT ` + outboxColumns + ` FROM ` + outboxFrom + `
