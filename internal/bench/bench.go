@@ -1,0 +1,309 @@
+// Package bench measures fenceq's throughput and latency, side by side with River
+// (v0.51.2, through its public Go API) and with a bare-SQL ceiling, on the same
+// PostgreSQL server, in paired and alternating runs.
+//
+// Every run of every side happens in a fresh schema of the target database, created at
+// the start of the run and dropped at its end, so the sides never see each other's rows
+// and each starts from an empty, analyzed table. Each run records, besides its headline
+// figures, the WAL bytes and commits per job and the dead tuples and HOT updates of the
+// job table (pg_stat_*).
+//
+// Workloads:
+//
+//   - insert: COPY batches and single-row inserts, jobs/s each.
+//   - drain: work down N pre-inserted no-op jobs; jobs/s from start to last completion.
+//   - steady: inserts (COPY batches keeping a backlog) and work together for a duration.
+//   - latency: single-row enqueues at a fixed arrival rate; enqueue→start p50/p95/p99.
+//   - fenced: each job commits a result row, an outbox row and its completion in one
+//     transaction (fenceq: Job.Commit, fenced by the lease generation; River:
+//     JobCompleteTx).
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Workload names.
+const (
+	WorkloadInsert  = "insert"
+	WorkloadDrain   = "drain"
+	WorkloadSteady  = "steady"
+	WorkloadLatency = "latency"
+	WorkloadFenced  = "fenced"
+)
+
+// Workloads lists every workload in the order the CLI documents them.
+var Workloads = []string{WorkloadInsert, WorkloadDrain, WorkloadSteady, WorkloadLatency, WorkloadFenced}
+
+// System names as they appear in reports.
+const (
+	SystemFenceq  = "fenceq"
+	SystemRiver   = "river"
+	SystemCeiling = "bare-sql"
+)
+
+// DefaultDatabaseURL is the server measured when Config.DatabaseURL is empty.
+const DefaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+
+// Config describes one benchmark: a workload, its size, and which sides to measure.
+type Config struct {
+	// Workload is one of Workloads. Required.
+	Workload string
+	// DatabaseURL is the server to measure. Each run creates and drops its own schema
+	// there. Defaults to DefaultDatabaseURL.
+	DatabaseURL string
+	// Jobs is the number of jobs of insert, drain and fenced. Defaults to 200,000 for
+	// drain and insert and 20,000 for fenced.
+	Jobs int
+	// Duration of steady and latency. Defaults to 10s.
+	Duration time.Duration
+	// Rate is the arrival rate (jobs/s) of latency. Defaults to 1,000.
+	Rate int
+	// Workers is the number of jobs each side runs at once (fenceq MaxWorkers, River
+	// MaxWorkers). Defaults to 1,000.
+	Workers int
+	// Conns is the size of each side's connection pool. Defaults to 8.
+	Conns int
+	// Runs is the number of paired runs. Defaults to 5.
+	Runs int
+	// Vs names the peer to run alongside fenceq: "" or "river".
+	Vs string
+	// Ceiling adds the bare-SQL ceiling (claim + batched fenced completion, 1,000 per
+	// batch) to drain runs. The CLI turns it on for drain.
+	Ceiling bool
+	// CeilingClaimers is the number of concurrent claimers of the ceiling. Defaults to 2.
+	CeilingClaimers int
+	// Retained pre-fills this many finished jobs before each run, as a system that keeps
+	// finished jobs for a while would have.
+	Retained int
+	// IdleXact holds a REPEATABLE READ transaction open, idle, for this long from the
+	// start of each measured phase, pinning the vacuum horizon.
+	IdleXact time.Duration
+	// ClaimBatch overrides fenceq's Config.ClaimBatchSize; 0 keeps the engine default.
+	ClaimBatch int
+	// Progress receives a line per second during long phases; nil prints nothing.
+	Progress io.Writer
+	// Logger receives the systems' own logs; defaults to warnings and errors on
+	// stderr-less discard.
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.DatabaseURL == "" {
+		c.DatabaseURL = DefaultDatabaseURL
+	}
+	if c.Jobs == 0 {
+		c.Jobs = 200_000
+		if c.Workload == WorkloadFenced {
+			c.Jobs = 20_000
+		}
+	}
+	if c.Duration == 0 {
+		c.Duration = 10 * time.Second
+	}
+	if c.Rate == 0 {
+		c.Rate = 1000
+	}
+	if c.Workers == 0 {
+		c.Workers = 1000
+	}
+	if c.Conns == 0 {
+		c.Conns = 8
+	}
+	if c.Runs == 0 {
+		c.Runs = 5
+	}
+	if c.CeilingClaimers == 0 {
+		c.CeilingClaimers = 2
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	if !slices.Contains(Workloads, c.Workload) {
+		return fmt.Errorf("bench: workload %q: must be one of %s", c.Workload, strings.Join(Workloads, ", "))
+	}
+	if c.Vs != "" && c.Vs != SystemRiver {
+		return fmt.Errorf("bench: --vs %q: the only peer is %q", c.Vs, SystemRiver)
+	}
+	for name, n := range map[string]int{"jobs": c.Jobs, "rate": c.Rate, "workers": c.Workers,
+		"conns": c.Conns, "runs": c.Runs, "ceiling claimers": c.CeilingClaimers} {
+		if n < 1 {
+			return fmt.Errorf("bench: %s: %d must be at least 1", name, n)
+		}
+	}
+	if c.Duration <= 0 {
+		return fmt.Errorf("bench: duration: %s must be positive", c.Duration)
+	}
+	if c.Retained < 0 {
+		return fmt.Errorf("bench: retained: %d must not be negative", c.Retained)
+	}
+	if c.IdleXact < 0 {
+		return fmt.Errorf("bench: idle-xact: %s must not be negative", c.IdleXact)
+	}
+	if c.Conns > 64 {
+		return fmt.Errorf("bench: conns: %d is more than 64", c.Conns)
+	}
+	if _, err := pgx.ParseConfig(c.DatabaseURL); err != nil {
+		return fmt.Errorf("bench: database url: %w", err)
+	}
+	return nil
+}
+
+// Run runs the benchmark: Runs paired runs, alternating which side goes first, and
+// returns every run's figures with their medians and ratios.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	systems := []system{newFenceqSystem(cfg)}
+	if cfg.Vs == SystemRiver {
+		systems = append(systems, newRiverSystem(cfg))
+	}
+	if cfg.Ceiling && cfg.Workload == WorkloadDrain {
+		systems = append(systems, newCeilingSystem(cfg))
+	}
+	rep, err := newReport(ctx, cfg, systems)
+	if err != nil {
+		return nil, err
+	}
+	for i := 0; i < cfg.Runs; i++ {
+		order := slices.Clone(systems)
+		if i%2 == 1 {
+			slices.Reverse(order)
+		}
+		for _, s := range order {
+			progressf(cfg.Progress, "run %d/%d: %s %s…\n", i+1, cfg.Runs, s.name(), cfg.Workload)
+			r, err := runOnce(ctx, cfg, s, i+1)
+			if err != nil {
+				return rep, fmt.Errorf("run %d of %s: %w", i+1, s.name(), err)
+			}
+			rep.add(r)
+			progressf(cfg.Progress, "run %d/%d: %s %s: %s\n", i+1, cfg.Runs, s.name(), cfg.Workload, r.headline(cfg.Workload))
+		}
+	}
+	rep.finish(ctx, cfg)
+	return rep, nil
+}
+
+// env is what one run of one side works with: its own schema, a pool of cfg.Conns
+// connections for the system and an admin connection for setup and statistics.
+type env struct {
+	cfg    Config
+	schema string
+	url    string // with search_path
+	pool   *pgxpool.Pool
+	admin  *pgx.Conn
+}
+
+func newEnv(ctx context.Context, cfg Config, sys string) (*env, error) {
+	var b [5]byte
+	_, _ = rand.Read(b[:])
+	schema := "fq_bench_" + sys + "_" + hex.EncodeToString(b[:])
+	schema = strings.ReplaceAll(schema, "-", "_")
+	boot, err := pgx.Connect(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", redact(cfg.DatabaseURL), err)
+	}
+	defer boot.Close(ctx)
+	if _, err := boot.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()); err != nil {
+		return nil, fmt.Errorf("create schema %s: %w", schema, err)
+	}
+	e := &env{cfg: cfg, schema: schema, url: withSearchPath(cfg.DatabaseURL, schema)}
+	if err := e.reopenPool(ctx); err != nil {
+		e.close()
+		return nil, err
+	}
+	if e.admin, err = pgx.Connect(ctx, e.url); err != nil {
+		e.close()
+		return nil, fmt.Errorf("connect admin: %w", err)
+	}
+	return e, nil
+}
+
+// reopenPool replaces the system's pool with a fresh one.
+func (e *env) reopenPool(ctx context.Context) error {
+	e.closePool()
+	pcfg, err := pgxpool.ParseConfig(e.url)
+	if err != nil {
+		return fmt.Errorf("parse database url: %w", err)
+	}
+	pcfg.MaxConns = int32(e.cfg.Conns)
+	if e.pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
+		return fmt.Errorf("open pool: %w", err)
+	}
+	return nil
+}
+
+// closePool closes the system's pool: its backends exit and flush their statistics.
+func (e *env) closePool() {
+	if e.pool != nil {
+		e.pool.Close()
+		e.pool = nil
+	}
+}
+
+// close drops the schema and closes every connection.
+func (e *env) close() {
+	e.closePool()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if e.admin != nil {
+		_ = e.admin.Close(ctx)
+	}
+	c, err := pgx.Connect(ctx, e.cfg.DatabaseURL)
+	if err != nil {
+		e.cfg.Logger.Warn("bench: drop schema: connect", "schema", e.schema, "err", err)
+		return
+	}
+	defer c.Close(ctx)
+	if _, err := c.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{e.schema}.Sanitize()+" CASCADE"); err != nil {
+		e.cfg.Logger.Warn("bench: drop schema", "schema", e.schema, "err", err)
+	}
+}
+
+func withSearchPath(raw, schema string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return raw
+	}
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+func redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparseable URL)"
+	}
+	return u.Redacted()
+}
+
+func progressf(w io.Writer, format string, args ...any) {
+	if w != nil {
+		fmt.Fprintf(w, format, args...)
+	}
+}
+
+// errVerify marks a run whose outcome broke an invariant of the benchmark (a job worked
+// twice, not at all, or not completed).
+var errVerify = errors.New("bench invariant violated")

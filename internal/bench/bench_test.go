@@ -1,0 +1,296 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fenceq/fenceq/internal/dbtest"
+)
+
+// tiny is a benchmark config small enough for a test: the point is the benchmark's own
+// correctness (every job worked exactly once, figures present and consistent), never
+// its speed.
+func tiny(workload string) Config {
+	return Config{
+		Workload:    workload,
+		DatabaseURL: dbtest.BaseURL(),
+		Jobs:        500,
+		Duration:    time.Second,
+		Rate:        200,
+		Workers:     50,
+		Conns:       4,
+		Runs:        1,
+	}
+}
+
+func run(t *testing.T, cfg Config) *Report {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, cfg)
+	if err != nil {
+		t.Fatalf("run %s: %v", cfg.Workload, err)
+	}
+	assertSchemasDropped(t, rep)
+	return rep
+}
+
+func assertSchemasDropped(t *testing.T, rep *Report) {
+	t.Helper()
+	ctx := context.Background()
+	c, err := pgx.Connect(ctx, dbtest.BaseURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	for _, s := range rep.Systems {
+		for _, r := range s.Runs {
+			if !strings.HasPrefix(r.Schema, "fq_bench_") {
+				t.Fatalf("%s run %d: schema %q not recorded", s.Name, r.Run, r.Schema)
+			}
+			var n int
+			if err := c.QueryRow(ctx, `SELECT count(*) FROM pg_namespace WHERE nspname = $1`, r.Schema).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			if n != 0 {
+				t.Errorf("schema %s of %s run %d was not dropped", r.Schema, s.Name, r.Run)
+			}
+		}
+	}
+}
+
+func sideOf(t *testing.T, rep *Report, name string) *SystemReport {
+	t.Helper()
+	for _, s := range rep.Systems {
+		if s.Name == name {
+			return s
+		}
+	}
+	t.Fatalf("report has no %s side; sides: %d", name, len(rep.Systems))
+	return nil
+}
+
+// assertFigures checks what every run of every side must carry: positive headline
+// figures, the pg_stat figures, and summaries consistent with the runs.
+func assertFigures(t *testing.T, rep *Report, runs int) {
+	t.Helper()
+	for _, s := range rep.Systems {
+		if s.Config == "" {
+			t.Errorf("%s: configuration not described", s.Name)
+		}
+		if len(s.Runs) != runs {
+			t.Fatalf("%s: %d runs, want %d", s.Name, len(s.Runs), runs)
+		}
+		for _, m := range Metrics(rep.Workload) {
+			sum, ok := s.Summary[m]
+			if !ok {
+				t.Errorf("%s: no summary of %s", s.Name, m)
+				continue
+			}
+			if sum.Min > sum.Median || sum.Median > sum.Max {
+				t.Errorf("%s %s: min %v, median %v, max %v out of order", s.Name, m, sum.Min, sum.Median, sum.Max)
+			}
+		}
+		for _, m := range append(workloadMetrics[rep.Workload], MetricJobs, MetricSeconds, MetricWALPerJob, MetricCommitsPerJob) {
+			for _, r := range s.Runs {
+				if r.Metrics[m] <= 0 {
+					t.Errorf("%s run %d: %s = %v, want > 0", s.Name, r.Run, m, r.Metrics[m])
+				}
+			}
+		}
+	}
+	var text, js bytes.Buffer
+	if err := rep.WriteText(&text); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range rep.Systems {
+		if !strings.Contains(text.String(), s.Name+": "+s.Config) {
+			t.Errorf("text report does not state %s's configuration:\n%s", s.Name, text.String())
+		}
+	}
+	if err := rep.WriteJSON(&js); err != nil {
+		t.Fatal(err)
+	}
+	var back Report
+	if err := json.Unmarshal(js.Bytes(), &back); err != nil {
+		t.Fatalf("JSON report does not parse back: %v", err)
+	}
+	if back.Workload != rep.Workload || len(back.Systems) != len(rep.Systems) {
+		t.Errorf("JSON report lost its content: %s", js.String())
+	}
+}
+
+func TestDrainAllSides(t *testing.T) {
+	t.Parallel()
+	cfg := tiny(WorkloadDrain)
+	cfg.Vs, cfg.Ceiling, cfg.Runs = SystemRiver, true, 2
+	rep := run(t, cfg)
+	assertFigures(t, rep, 2)
+	for _, s := range rep.Systems {
+		for _, r := range s.Runs {
+			if r.Metrics[MetricJobs] != float64(cfg.Jobs) {
+				t.Errorf("%s run %d worked %v jobs, want %d", s.Name, r.Run, r.Metrics[MetricJobs], cfg.Jobs)
+			}
+		}
+	}
+	// fenceq and the ceiling update each job exactly twice: the claim and the
+	// completion. The statistics must show it.
+	for _, name := range []string{SystemFenceq, SystemCeiling} {
+		if u := sideOf(t, rep, name).Summary[MetricUpdatesPerJob].Median; u < 1.99 || u > 2.01 {
+			t.Errorf("%s: %v updates per job, want 2 (claim + completion)", name, u)
+		}
+	}
+	if len(rep.Ratios) != 2 {
+		t.Fatalf("ratios %+v, want fenceq/river and fenceq/bare-sql", rep.Ratios)
+	}
+	for _, q := range rep.Ratios {
+		want := sideOf(t, rep, q.Of).Summary[q.Metric].Median / sideOf(t, rep, q.To).Summary[q.Metric].Median
+		if q.Of != SystemFenceq || q.Value != want {
+			t.Errorf("ratio %+v, want fenceq first and value %v", q, want)
+		}
+	}
+	// Runs alternate which side goes first.
+	if rep.Systems[0].Runs[0].Run != 1 || rep.Systems[0].Runs[1].Run != 2 {
+		t.Errorf("runs not numbered in order: %+v", rep.Systems[0].Runs)
+	}
+}
+
+func TestFencedCommitsResultsWithCompletion(t *testing.T) {
+	t.Parallel()
+	cfg := tiny(WorkloadFenced)
+	cfg.Vs, cfg.Jobs = SystemRiver, 300
+	// runOnce already fails the run unless every completed job has exactly one result
+	// row and one outbox row; here the figures must be there too.
+	rep := run(t, cfg)
+	assertFigures(t, rep, 1)
+	for _, s := range rep.Systems {
+		if got := s.Runs[0].Metrics[MetricJobs]; got != 300 {
+			t.Errorf("%s: %v jobs, want 300", s.Name, got)
+		}
+		// One commit per job at least: the fenced transaction.
+		if c := s.Summary[MetricCommitsPerJob].Median; c < 1 {
+			t.Errorf("%s: %v commits per job, want at least 1", s.Name, c)
+		}
+	}
+}
+
+func TestSteadyInsertsWhileWorking(t *testing.T) {
+	t.Parallel()
+	cfg := tiny(WorkloadSteady)
+	cfg.Vs = SystemRiver
+	rep := run(t, cfg)
+	assertFigures(t, rep, 1)
+	for _, s := range rep.Systems {
+		r := s.Runs[0]
+		if r.Metrics[MetricSeconds] < cfg.Duration.Seconds() {
+			t.Errorf("%s ran %vs, want at least %v", s.Name, r.Metrics[MetricSeconds], cfg.Duration)
+		}
+	}
+}
+
+func TestLatencyPercentiles(t *testing.T) {
+	t.Parallel()
+	cfg := tiny(WorkloadLatency)
+	cfg.Vs = SystemRiver
+	rep := run(t, cfg)
+	assertFigures(t, rep, 1)
+	for _, s := range rep.Systems {
+		m := s.Runs[0].Metrics
+		if !(m[MetricP50] <= m[MetricP95] && m[MetricP95] <= m[MetricP99] && m[MetricP99] <= m[MetricMaxMs]) {
+			t.Errorf("%s: percentiles out of order: %v", s.Name, m)
+		}
+		if m[MetricJobs] != float64(cfg.Rate)*cfg.Duration.Seconds() {
+			t.Errorf("%s: %v jobs, want rate × duration = %v", s.Name, m[MetricJobs], float64(cfg.Rate)*cfg.Duration.Seconds())
+		}
+	}
+}
+
+func TestInsertBothPaths(t *testing.T) {
+	t.Parallel()
+	cfg := tiny(WorkloadInsert)
+	cfg.Vs = SystemRiver
+	rep := run(t, cfg)
+	assertFigures(t, rep, 1)
+	for _, s := range rep.Systems {
+		if got := s.Runs[0].Metrics[MetricJobs]; got != 550 {
+			t.Errorf("%s: %v jobs inserted, want 500 by COPY + 50 single", s.Name, got)
+		}
+	}
+}
+
+func TestRetainedAndIdleTransaction(t *testing.T) {
+	t.Parallel()
+	cfg := tiny(WorkloadDrain)
+	cfg.Retained, cfg.IdleXact = 2000, 5*time.Second
+	rep := run(t, cfg)
+	assertFigures(t, rep, 1)
+	// The retained jobs are not worked (they are finished); the run's own jobs all are.
+	if got := rep.Systems[0].Runs[0].Metrics[MetricJobs]; got != 500 {
+		t.Errorf("%v jobs worked, want 500", got)
+	}
+	// The idle transaction pins the horizon: the old versions of the claimed and
+	// completed rows cannot be pruned, so dead tuples remain.
+	if d := rep.Systems[0].Runs[0].Metrics[MetricDeadTuples]; d < 500 {
+		t.Errorf("%v dead tuples with the horizon pinned, want at least one per job", d)
+	}
+	if !strings.Contains(rep.settingsLine(), "2000 finished jobs retained") {
+		t.Errorf("settings line does not mention the retained jobs: %s", rep.settingsLine())
+	}
+}
+
+func TestConfigErrorsNameTheSetting(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{Workload: "sprint"}, `workload "sprint"`},
+		{Config{Workload: WorkloadDrain, Vs: "sidekiq"}, `--vs "sidekiq"`},
+		{Config{Workload: WorkloadDrain, Runs: -1}, "runs"},
+		{Config{Workload: WorkloadDrain, Retained: -5}, "retained"},
+		{Config{Workload: WorkloadDrain, IdleXact: -time.Second}, "idle-xact"},
+	} {
+		_, err := Run(context.Background(), tc.cfg)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("config %+v: error %v, want one naming %s", tc.cfg, err, tc.want)
+		}
+	}
+}
+
+func TestCheckCatchesBrokenInvariants(t *testing.T) {
+	t.Parallel()
+	ok := measured{inserted: 10, completed: 10, all: true}
+	if err := ok.check(10, 10, 10); err != nil {
+		t.Fatalf("consistent run rejected: %v", err)
+	}
+	for name, c := range map[string][3]int64{
+		"lost row":       {9, 9, 9},
+		"not completed":  {10, 9, 9},
+		"worked twice":   {10, 10, 9},
+		"count mismatch": {10, 11, 11},
+	} {
+		if err := ok.check(c[0], c[1], c[2]); !errors.Is(err, errVerify) {
+			t.Errorf("%s: check(%v) = %v, want errVerify", name, c, err)
+		}
+	}
+}
+
+func TestPercentileNearestRank(t *testing.T) {
+	t.Parallel()
+	vals := []float64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
+	for p, want := range map[float64]float64{50: 5, 95: 10, 99: 10, 10: 1} {
+		if got := percentile(vals, p); got != want {
+			t.Errorf("p%v = %v, want %v", p, got, want)
+		}
+	}
+	if s := summarize([]float64{4, 1, 2}); s.Median != 2 || s.Spread != 4 {
+		t.Errorf("summarize = %+v, want median 2 and max/min 4", s)
+	}
+}

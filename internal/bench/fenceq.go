@@ -1,0 +1,158 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fenceq/fenceq"
+	"github.com/fenceq/fenceq/migrations"
+)
+
+type noopArgs benchArgs
+
+func (noopArgs) Kind() string { return kindNoop }
+
+type fencedArgs benchArgs
+
+func (fencedArgs) Kind() string { return kindFenced }
+
+// fenceqSystem runs the workloads through fenceq's public API: Worker, Enqueue,
+// EnqueueMany (COPY) and Job.Commit.
+type fenceqSystem struct{ cfg Config }
+
+func newFenceqSystem(cfg Config) *fenceqSystem { return &fenceqSystem{cfg: cfg} }
+
+func (s *fenceqSystem) name() string     { return SystemFenceq }
+func (s *fenceqSystem) jobTable() string { return "fenceq_jobs" }
+
+func (s *fenceqSystem) workerConfig(hs *fenceq.Handlers, obs fenceq.Observer) fenceq.Config {
+	return fenceq.Config{
+		Handlers:       hs,
+		Queues:         map[string]fenceq.QueueConfig{"default": {MaxWorkers: s.cfg.Workers}},
+		ClaimBatchSize: s.cfg.ClaimBatch,
+		Logger:         s.cfg.Logger,
+		Observer:       obs,
+	}
+}
+
+func (s *fenceqSystem) describe() string {
+	c := s.effectiveConfig()
+	var b strings.Builder
+	fmt.Fprintf(&b, "fenceq worker, queue default MaxWorkers=%d, ClaimBatchSize=%d, CompleteBatchSize=%d, ",
+		s.cfg.Workers, c.ClaimBatchSize, c.CompleteBatchSize)
+	fmt.Fprintf(&b, "LeaseDuration=%s, HeartbeatInterval=%s, PollInterval=%s, LISTEN/NOTIFY on; ",
+		c.LeaseDuration, c.HeartbeatInterval, c.PollInterval)
+	fmt.Fprintf(&b, "pool of %d conns; inserts via EnqueueMany (COPY) and Enqueue; fenced jobs via Job.Commit", s.cfg.Conns)
+	return b.String()
+}
+
+// effectiveConfig is the worker config with the engine's defaults applied.
+func (s *fenceqSystem) effectiveConfig() fenceq.Config {
+	hs := fenceq.NewHandlers()
+	fenceq.AddHandler(hs, func(context.Context, *fenceq.Job[noopArgs]) error { return nil })
+	// NewWorker applies the defaults; the pool is never connected (pgxpool connects
+	// lazily) and only satisfies its nil check.
+	pool, err := pgxpool.New(context.Background(), s.cfg.DatabaseURL)
+	if err != nil {
+		return s.workerConfig(hs, nil)
+	}
+	defer pool.Close()
+	w, err := fenceq.NewWorker(pool, s.workerConfig(hs, nil))
+	if err != nil {
+		return s.workerConfig(hs, nil)
+	}
+	return w.Config()
+}
+
+func (s *fenceqSystem) setup(ctx context.Context, e *env) error {
+	return migrations.Up(ctx, e.pool)
+}
+
+func (s *fenceqSystem) insertBatch(ctx context.Context, e *env, kind string, seqs []int64) error {
+	items := make([]fenceq.EnqueueItem, len(seqs))
+	for i, seq := range seqs {
+		if kind == kindFenced {
+			items[i].Args = fencedArgs{Seq: seq}
+		} else {
+			items[i].Args = noopArgs{Seq: seq}
+		}
+	}
+	n, err := fenceq.EnqueueMany(ctx, e.pool, items)
+	if err != nil {
+		return err
+	}
+	if n != int64(len(seqs)) {
+		return fmt.Errorf("inserted %d of %d jobs", n, len(seqs))
+	}
+	return nil
+}
+
+func (s *fenceqSystem) insertOne(ctx context.Context, e *env, kind string, seq int64) error {
+	var args fenceq.JobArgs = noopArgs{Seq: seq}
+	if kind == kindFenced {
+		args = fencedArgs{Seq: seq}
+	}
+	_, err := fenceq.Enqueue(ctx, e.pool, args, nil)
+	return err
+}
+
+func (s *fenceqSystem) retain(ctx context.Context, e *env, n int) error {
+	_, err := e.admin.Exec(ctx, sqlRetainFenceq, n)
+	return err
+}
+
+// completionCounter is an Observer that reports each completed attempt.
+type completionCounter struct {
+	fenceq.NopObserver
+	done func(n int)
+}
+
+func (c completionCounter) JobFinished(_, _ string, outcome fenceq.Outcome, _ time.Duration) {
+	if outcome == fenceq.OutcomeCompleted {
+		c.done(1)
+	}
+}
+
+func (s *fenceqSystem) start(ctx context.Context, e *env, h hooks) (func(context.Context) error, error) {
+	hs := fenceq.NewHandlers()
+	fenceq.AddHandler(hs, func(_ context.Context, j *fenceq.Job[noopArgs]) error {
+		h.started(j.Args.Seq)
+		return nil
+	})
+	fenceq.AddHandler(hs, func(ctx context.Context, j *fenceq.Job[fencedArgs]) error {
+		h.started(j.Args.Seq)
+		return j.Commit(ctx, func(ctx context.Context, tx pgx.Tx) error {
+			return writeResult(ctx, tx, j.ID)
+		})
+	})
+	w, err := fenceq.NewWorker(e.pool, s.workerConfig(hs, completionCounter{done: h.done}))
+	if err != nil {
+		return nil, err
+	}
+	if err := w.Start(ctx); err != nil {
+		return nil, err
+	}
+	return w.Stop, nil
+}
+
+// writeResult writes the fenced workload's result row and outbox row in tx.
+func writeResult(ctx context.Context, tx pgx.Tx, jobID int64) error {
+	if _, err := tx.Exec(ctx, sqlInsertResult, jobID, "ok"); err != nil {
+		return fmt.Errorf("insert result of job %d: %w", jobID, err)
+	}
+	key := fmt.Sprintf("bench-result:%d", jobID)
+	if _, err := tx.Exec(ctx, sqlInsertOutbox, key, fmt.Sprintf(`{"job_id": %d}`, jobID)); err != nil {
+		return fmt.Errorf("insert outbox row of job %d: %w", jobID, err)
+	}
+	return nil
+}
+
+func (s *fenceqSystem) verify(ctx context.Context, e *env) (total, completed, once int64, err error) {
+	err = e.admin.QueryRow(ctx, sqlVerifyFenceq).Scan(&total, &completed, &once)
+	return total, completed, once, err
+}

@@ -1,0 +1,319 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Metric names, as keys of RunResult.Metrics and of the JSON report.
+const (
+	MetricJobsPerSec     = "jobs_per_sec"          // worked (completed) jobs per second
+	MetricInsertedPerSec = "inserted_per_sec"      // steady: jobs inserted per second meanwhile
+	MetricCopyPerSec     = "copy_insert_per_sec"   // insert: COPY batches of 5,000
+	MetricSinglePerSec   = "single_insert_per_sec" // insert: single-row inserts, one per connection at a time
+	MetricP50            = "p50_ms"                // latency: enqueue→start percentiles
+	MetricP95            = "p95_ms"
+	MetricP99            = "p99_ms"
+	MetricMaxMs          = "max_ms"
+	MetricMeanMs         = "mean_ms"
+	MetricArrivalRate    = "arrival_per_sec" // latency: the rate actually offered
+	MetricJobs           = "jobs"
+	MetricSeconds        = "seconds"
+	MetricWALPerJob      = "wal_bytes_per_job" // cluster-wide WAL, so other load on the server counts too
+	MetricCommitsPerJob  = "commits_per_job"   // pg_stat_database.xact_commit of the database
+	MetricUpdatesPerJob  = "updates_per_job"   // of the job table
+	MetricHOTPct         = "hot_update_pct"    // share of the job table's updates that were HOT
+	MetricDeadTuples     = "dead_tuples"       // of the job table at the end of the run
+)
+
+var workloadMetrics = map[string][]string{
+	WorkloadInsert:  {MetricCopyPerSec, MetricSinglePerSec},
+	WorkloadDrain:   {MetricJobsPerSec},
+	WorkloadFenced:  {MetricJobsPerSec},
+	WorkloadSteady:  {MetricJobsPerSec, MetricInsertedPerSec},
+	WorkloadLatency: {MetricP50, MetricP95, MetricP99, MetricMeanMs, MetricMaxMs, MetricArrivalRate},
+}
+
+var statMetrics = []string{MetricJobs, MetricSeconds, MetricWALPerJob, MetricCommitsPerJob,
+	MetricUpdatesPerJob, MetricHOTPct, MetricDeadTuples}
+
+// Metrics returns the metrics reported for a workload: its headline figures first,
+// then the per-job statistics.
+func Metrics(workload string) []string {
+	return append(slices.Clone(workloadMetrics[workload]), statMetrics...)
+}
+
+// RunResult is one run of one side.
+type RunResult struct {
+	System  string             `json:"system"`
+	Run     int                `json:"run"`
+	Metrics map[string]float64 `json:"metrics"`
+	// Schema is the schema the run used (dropped at its end).
+	Schema string `json:"schema"`
+}
+
+func (r *RunResult) headline(workload string) string {
+	var parts []string
+	for _, m := range workloadMetrics[workload] {
+		parts = append(parts, fmt.Sprintf("%s %s", m, formatValue(r.Metrics[m])))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// Summary condenses one metric over the runs of one side.
+type Summary struct {
+	Median float64 `json:"median"`
+	Min    float64 `json:"min"`
+	Max    float64 `json:"max"`
+	// Spread is Max/Min: 1 is perfectly stable.
+	Spread float64 `json:"max_over_min"`
+}
+
+func summarize(vals []float64) Summary {
+	if len(vals) == 0 {
+		return Summary{}
+	}
+	s := slices.Clone(vals)
+	slices.Sort(s)
+	med := s[len(s)/2]
+	if len(s)%2 == 0 {
+		med = (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	sum := Summary{Median: med, Min: s[0], Max: s[len(s)-1]}
+	if sum.Min > 0 {
+		sum.Spread = sum.Max / sum.Min
+	}
+	return sum
+}
+
+// SystemReport is one side: how it was configured, its runs and their summaries.
+type SystemReport struct {
+	Name    string             `json:"name"`
+	Config  string             `json:"config"`
+	Runs    []*RunResult       `json:"runs"`
+	Summary map[string]Summary `json:"summary"`
+}
+
+// Ratio is median(Of)/median(To) of one metric.
+type Ratio struct {
+	Metric string  `json:"metric"`
+	Of     string  `json:"of"`
+	To     string  `json:"to"`
+	Value  float64 `json:"value"`
+}
+
+// Settings echoes what was asked for.
+type Settings struct {
+	Jobs            int    `json:"jobs,omitempty"`
+	Duration        string `json:"duration,omitempty"`
+	Rate            int    `json:"rate,omitempty"`
+	Workers         int    `json:"workers"`
+	Conns           int    `json:"conns"`
+	Runs            int    `json:"runs"`
+	Retained        int    `json:"retained"`
+	IdleXact        string `json:"idle_xact,omitempty"`
+	CeilingClaimers int    `json:"ceiling_claimers,omitempty"`
+}
+
+// Conditions describes the machine and server the figures come from.
+type Conditions struct {
+	Server            string    `json:"server"`
+	Autovacuum        string    `json:"autovacuum"`
+	SynchronousCommit string    `json:"synchronous_commit"`
+	SharedBuffers     string    `json:"shared_buffers"`
+	CPUs              int       `json:"cpus"`
+	GoVersion         string    `json:"go_version"`
+	LoadAtStart       string    `json:"load_at_start"`
+	LoadAtEnd         string    `json:"load_at_end"`
+	Started           time.Time `json:"started"`
+	Elapsed           string    `json:"elapsed"`
+}
+
+// Report is the outcome of Run.
+type Report struct {
+	Workload   string          `json:"workload"`
+	Settings   Settings        `json:"settings"`
+	Conditions Conditions      `json:"conditions"`
+	Systems    []*SystemReport `json:"systems"`
+	Ratios     []Ratio         `json:"ratios"`
+}
+
+func newReport(ctx context.Context, cfg Config, systems []system) (*Report, error) {
+	r := &Report{Workload: cfg.Workload, Settings: Settings{
+		Workers: cfg.Workers, Conns: cfg.Conns, Runs: cfg.Runs, Retained: cfg.Retained,
+	}}
+	switch cfg.Workload {
+	case WorkloadSteady:
+		r.Settings.Duration = cfg.Duration.String()
+	case WorkloadLatency:
+		r.Settings.Duration, r.Settings.Rate = cfg.Duration.String(), cfg.Rate
+	default:
+		r.Settings.Jobs = cfg.Jobs
+	}
+	if cfg.IdleXact > 0 {
+		r.Settings.IdleXact = cfg.IdleXact.String()
+	}
+	for _, s := range systems {
+		if s.name() == SystemCeiling {
+			r.Settings.CeilingClaimers = cfg.CeilingClaimers
+		}
+		r.Systems = append(r.Systems, &SystemReport{Name: s.name(), Config: s.describe()})
+	}
+	c, err := pgx.Connect(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", redact(cfg.DatabaseURL), err)
+	}
+	defer c.Close(ctx)
+	cond := &r.Conditions
+	if err := c.QueryRow(ctx, sqlServerVersion).Scan(&cond.Server, &cond.Autovacuum,
+		&cond.SynchronousCommit, &cond.SharedBuffers); err != nil {
+		return nil, fmt.Errorf("read server settings: %w", err)
+	}
+	cond.Server = "PostgreSQL " + cond.Server
+	cond.CPUs, cond.GoVersion = runtime.NumCPU(), runtime.Version()
+	cond.LoadAtStart, cond.Started = loadAvg(), time.Now()
+	return r, nil
+}
+
+func (r *Report) add(run *RunResult) {
+	for _, s := range r.Systems {
+		if s.Name == run.System {
+			s.Runs = append(s.Runs, run)
+		}
+	}
+}
+
+func (r *Report) finish(context.Context, Config) {
+	r.Conditions.LoadAtEnd = loadAvg()
+	r.Conditions.Elapsed = time.Since(r.Conditions.Started).Round(time.Second).String()
+	for _, s := range r.Systems {
+		s.Summary = map[string]Summary{}
+		for _, m := range Metrics(r.Workload) {
+			var vals []float64
+			for _, run := range s.Runs {
+				if v, ok := run.Metrics[m]; ok {
+					vals = append(vals, v)
+				}
+			}
+			if len(vals) > 0 {
+				s.Summary[m] = summarize(vals)
+			}
+		}
+	}
+	if len(r.Systems) < 2 {
+		return
+	}
+	base := r.Systems[0]
+	for _, other := range r.Systems[1:] {
+		for _, m := range workloadMetrics[r.Workload] {
+			a, b := base.Summary[m], other.Summary[m]
+			if b.Median != 0 {
+				r.Ratios = append(r.Ratios, Ratio{Metric: m, Of: base.Name, To: other.Name, Value: a.Median / b.Median})
+			}
+		}
+	}
+}
+
+// WriteJSON writes the report as indented JSON.
+func (r *Report) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+// WriteText writes the report as a table: each metric's median, min, max and max/min
+// over the runs of each side, then the ratios of the medians.
+func (r *Report) WriteText(w io.Writer) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "workload %s: %s\n", r.Workload, r.settingsLine())
+	c := r.Conditions
+	fmt.Fprintf(&b, "server: %s, autovacuum=%s, synchronous_commit=%s, shared_buffers=%s; client: %d CPUs, %s; load %s → %s; took %s\n",
+		c.Server, c.Autovacuum, c.SynchronousCommit, c.SharedBuffers, c.CPUs, c.GoVersion, c.LoadAtStart, c.LoadAtEnd, c.Elapsed)
+	for _, s := range r.Systems {
+		fmt.Fprintf(&b, "%s: %s\n", s.Name, s.Config)
+	}
+	b.WriteString("\n")
+	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "metric\tsystem\tmedian\tmin\tmax\tmax/min\truns\t\n")
+	for _, m := range Metrics(r.Workload) {
+		for i, s := range r.Systems {
+			sum, ok := s.Summary[m]
+			if !ok {
+				continue
+			}
+			name := m
+			if i > 0 {
+				name = ""
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%.2f\t%d\t\n", name, s.Name, formatValue(sum.Median),
+				formatValue(sum.Min), formatValue(sum.Max), sum.Spread, len(s.Runs))
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(r.Ratios) > 0 {
+		b.WriteString("\nratios of medians:\n")
+		for _, q := range r.Ratios {
+			fmt.Fprintf(&b, "  %s: %s/%s = %.2f\n", q.Metric, q.Of, q.To, q.Value)
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func (r *Report) settingsLine() string {
+	s := r.Settings
+	var parts []string
+	if s.Jobs > 0 {
+		parts = append(parts, fmt.Sprintf("%d jobs", s.Jobs))
+	}
+	if s.Duration != "" {
+		parts = append(parts, "for "+s.Duration)
+	}
+	if s.Rate > 0 {
+		parts = append(parts, fmt.Sprintf("at %d jobs/s", s.Rate))
+	}
+	parts = append(parts, fmt.Sprintf("%d workers", s.Workers), fmt.Sprintf("%d conns per side", s.Conns),
+		fmt.Sprintf("%d runs alternating", s.Runs))
+	if s.Retained > 0 {
+		parts = append(parts, fmt.Sprintf("%d finished jobs retained", s.Retained))
+	}
+	if s.IdleXact != "" {
+		parts = append(parts, "an idle transaction holding the vacuum horizon for "+s.IdleXact)
+	}
+	return strings.Join(parts, ", ")
+}
+
+func formatValue(v float64) string {
+	switch {
+	case v >= 1000:
+		return fmt.Sprintf("%.0f", v)
+	case v >= 10:
+		return fmt.Sprintf("%.1f", v)
+	default:
+		return fmt.Sprintf("%.3f", v)
+	}
+}
+
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
+}

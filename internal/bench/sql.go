@@ -1,0 +1,92 @@
+package bench
+
+// SQL used by the benchmark itself (not by the engine). Tables are unqualified: every
+// connection of a run has search_path set to the run's own schema.
+
+// Result and outbox tables written by the fenced workload, the same on every side.
+const sqlCreateFencedTables = `
+CREATE TABLE bench_results (
+    job_id  bigint PRIMARY KEY,
+    value   text   NOT NULL,
+    done_at timestamptz NOT NULL DEFAULT now());
+CREATE TABLE bench_outbox (
+    id         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    dedupe_key text   NOT NULL UNIQUE,
+    payload    jsonb  NOT NULL);`
+
+const sqlInsertResult = `INSERT INTO bench_results (job_id, value) VALUES ($1, $2)`
+
+const sqlInsertOutbox = `INSERT INTO bench_outbox (dedupe_key, payload) VALUES ($1, $2)`
+
+const sqlCountFenced = `
+SELECT (SELECT count(*) FROM bench_results), (SELECT count(*) FROM bench_outbox)`
+
+// Retained finished jobs, inserted in one statement: $1 how many.
+const sqlRetainFenceq = `
+INSERT INTO fenceq_jobs (queue, kind, args, state, attempt, lease_gen, finished_at, run_at, created_at)
+SELECT 'default', 'bench_noop', jsonb_build_object('seq', -g), 'completed', 1, 1,
+       now() - interval '1 hour', now() - interval '1 hour', now() - interval '1 hour'
+FROM generate_series(1, $1) g`
+
+const sqlRetainRiver = `
+INSERT INTO river_job (queue, kind, args, state, attempt, max_attempts, finalized_at, scheduled_at, created_at, attempted_at)
+SELECT 'default', 'bench_noop', jsonb_build_object('seq', -g), 'completed', 1, 25,
+       now() - interval '1 hour', now() - interval '1 hour', now() - interval '1 hour', now() - interval '1 hour'
+FROM generate_series(1, $1) g`
+
+// Outcome of the jobs a run inserted (seq >= 0), for the exactly-once checks.
+const sqlVerifyFenceq = `
+SELECT count(*),
+       count(*) FILTER (WHERE state = 'completed'),
+       count(*) FILTER (WHERE state = 'completed' AND attempt = 1 AND lease_gen = 1)
+FROM fenceq_jobs WHERE (args->>'seq')::bigint >= 0`
+
+const sqlVerifyRiver = `
+SELECT count(*),
+       count(*) FILTER (WHERE state = 'completed'),
+       count(*) FILTER (WHERE state = 'completed' AND attempt = 1)
+FROM river_job WHERE (args->>'seq')::bigint >= 0`
+
+// Bare-SQL ceiling: the claim of DESIGN.md returning only (id, lease_gen) and the
+// batched fenced completion. $1 limit, $2 claimer id.
+const sqlCeilingClaim = `
+WITH next AS (
+    SELECT id FROM fenceq_jobs
+    WHERE state = 'available' AND queue = 'default' AND run_at <= now()
+    ORDER BY priority, run_at, id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED)
+UPDATE fenceq_jobs j
+SET state = 'running', attempt = attempt + 1, lease_gen = lease_gen + 1,
+    leased_by = $2, heartbeat_at = now(), lease_expires_at = now() + interval '1 minute'
+FROM next WHERE j.id = next.id
+RETURNING j.id, j.lease_gen`
+
+const sqlCeilingComplete = `
+UPDATE fenceq_jobs j SET state = 'completed', finished_at = now(), lease_expires_at = NULL
+FROM unnest($1::bigint[], $2::bigint[]) AS l(id, gen)
+WHERE j.id = l.id AND j.lease_gen = l.gen AND j.state = 'running'`
+
+// Statistics. pg_stat_user_tables by the table's oid in the run's schema.
+const sqlStatsTable = `
+SELECT COALESCE(n_tup_upd, 0), COALESCE(n_tup_hot_upd, 0), COALESCE(n_dead_tup, 0),
+       COALESCE(n_tup_ins, 0)
+FROM pg_stat_user_tables WHERE relid = to_regclass($1)`
+
+const sqlStatsDatabase = `
+SELECT pg_current_wal_lsn()::text, xact_commit
+FROM pg_stat_database WHERE datname = current_database()`
+
+const sqlWALDiff = `SELECT pg_wal_lsn_diff($1::pg_lsn, $2::pg_lsn)::bigint`
+
+const sqlClearSnapshot = `SELECT pg_stat_clear_snapshot()`
+
+const sqlForceFlush = `SELECT pg_stat_force_next_flush()`
+
+const sqlServerVersion = `SELECT current_setting('server_version'), current_setting('autovacuum'),
+    current_setting('synchronous_commit'), current_setting('shared_buffers')`
+
+// Backends connected to the run's schema's database other than ours, for the report of
+// conditions.
+const sqlOtherBackends = `
+SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' AND state = 'active'`
