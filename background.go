@@ -26,10 +26,10 @@ func (w *Worker) runHeartbeat(ctx context.Context) {
 
 func (w *Worker) heartbeatOnce(ctx context.Context) {
 	w.mu.Lock()
-	execs := make(map[int64]*execution, len(w.execs))
+	execs := make(map[leaseKey]*execution, len(w.execs))
 	leases := make([]Lease, 0, len(w.execs))
-	for id, e := range w.execs {
-		execs[id] = e
+	for k, e := range w.execs {
+		execs[k] = e
 		leases = append(leases, e.lease)
 	}
 	w.mu.Unlock()
@@ -47,11 +47,11 @@ func (w *Worker) heartbeatOnce(ctx context.Context) {
 		return
 	}
 	for _, l := range res.Renewed {
-		execs[l.JobID].extend(sent)
+		execs[keyOf(l)].extend(sent)
 	}
 	if len(res.Lost) > 0 {
 		for _, l := range res.Lost {
-			execs[l.JobID].cancel(ErrLeaseLost)
+			execs[keyOf(l)].cancel(ErrLeaseLost)
 		}
 		ectx, cancel := context.WithTimeout(ctx, w.cfg.WriteTimeout)
 		alive, err := queue.RecordLeasesLost(ectx, w.pool, w.cfg.ID, res.Lost)
@@ -67,7 +67,7 @@ func (w *Worker) heartbeatOnce(ctx context.Context) {
 			w.obs.LeaseLost(l, aliveSet[l.JobID])
 			if aliveSet[l.JobID] {
 				w.log.Error("lease expired while its holder was still running the job; job cancelled here",
-					"job_id", l.JobID, "lease_gen", l.Gen, "kind", execs[l.JobID].row.Kind)
+					"job_id", l.JobID, "lease_gen", l.Gen, "kind", execs[keyOf(l)].row.Kind)
 			} else {
 				w.log.Warn("lease lost; job cancelled here", "job_id", l.JobID, "lease_gen", l.Gen)
 			}

@@ -96,7 +96,7 @@ func (w *Worker) startExecution(row *JobRow, sent time.Time) {
 	})
 	e.extend(sent)
 	w.mu.Lock()
-	w.execs[row.ID] = e
+	w.execs[keyOf(e.lease)] = e
 	w.running[row.Queue]++
 	w.mu.Unlock()
 	w.execWG.Add(1)
@@ -251,7 +251,7 @@ func (e *execution) finish(outcome Outcome) {
 	e.deadline.Stop()
 	e.cancel(nil)
 	w.mu.Lock()
-	delete(w.execs, e.lease.JobID)
+	delete(w.execs, keyOf(e.lease))
 	w.running[e.row.Queue]--
 	ql := w.queues[e.row.Queue]
 	w.mu.Unlock()

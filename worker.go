@@ -25,9 +25,9 @@ type Worker struct {
 	obs  Observer
 
 	mu       sync.Mutex
-	execs    map[int64]*execution
-	running  map[string]int // per queue, including jobs awaiting their completion write
-	state    int            // 0 new, 1 started, 2 stopping, 3 stopped
+	execs    map[leaseKey]*execution // by (job id, generation): a job revoked here may be re-claimed here
+	running  map[string]int          // per queue, including jobs awaiting their completion write
+	state    int                     // 0 new, 1 started, 2 stopping, 3 stopped
 	queues   map[string]*queueLoop
 	complete chan *execution
 
@@ -41,6 +41,10 @@ type Worker struct {
 	completerWG  sync.WaitGroup
 	completeDone chan struct{}
 }
+
+type leaseKey struct{ id, gen int64 }
+
+func keyOf(l Lease) leaseKey { return leaseKey{l.JobID, l.Gen} }
 
 type queueLoop struct {
 	name string
@@ -67,7 +71,7 @@ func NewWorker(pool *pgxpool.Pool, cfg Config) (*Worker, error) {
 	w := &Worker{
 		cfg: cfg, pool: pool, obs: cfg.Observer,
 		log:      cfg.Logger.With("worker", cfg.ID),
-		execs:    map[int64]*execution{},
+		execs:    map[leaseKey]*execution{},
 		running:  map[string]int{},
 		queues:   map[string]*queueLoop{},
 		complete: make(chan *execution, cfg.CompleteBatchSize),

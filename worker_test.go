@@ -2,10 +2,8 @@ package fenceq_test
 
 import (
 	"context"
-	"errors"
 	"io"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -116,6 +114,3 @@ func TestWorkerRunsJobsWithFencedCommit(t *testing.T) {
 		t.Fatalf("handler ran %d times", ran.Load())
 	}
 }
-
-var _ = errors.Is
-var _ sync.Mutex

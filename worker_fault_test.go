@@ -1,0 +1,392 @@
+package fenceq_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/url"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fenceq/fenceq"
+	"github.com/fenceq/fenceq/internal/faultproxy"
+	"github.com/fenceq/fenceq/queue"
+)
+
+// proxiedPool opens a pool on the test schema whose connections go through a fault proxy.
+func (b *testBundle) proxiedPool(t *testing.T) (*pgxpool.Pool, *faultproxy.Proxy) {
+	t.Helper()
+	u, err := url.Parse(b.db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := u.Host
+	if _, _, err := net.SplitHostPort(host); err != nil {
+		host = net.JoinHostPort(host, "5432")
+	}
+	p, err := faultproxy.New(host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	u.Host = p.Addr()
+	cfg, err := pgxpool.ParseConfig(u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 4
+	cfg.ConnConfig.ConnectTimeout = 2 * time.Second
+	pool, err := pgxpool.NewWithConfig(b.ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool, p
+}
+
+func (b *testBundle) countEvents(t *testing.T, kind queue.LeaseEventKind, jobID, gen int64) int64 {
+	t.Helper()
+	var n int64
+	err := b.db.Pool.QueryRow(b.ctx, `SELECT count(*) FROM fenceq_lease_events WHERE kind = $1 AND job_id = $2 AND lease_gen = $3`,
+		string(kind), jobID, gen).Scan(&n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func (b *testBundle) waitFor(t *testing.T, what string, within time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", within, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+type resultArgs struct {
+	Value string `json:"value"`
+}
+
+func (resultArgs) Kind() string { return "result" }
+
+func writeResult(ctx context.Context, job *fenceq.Job[resultArgs]) error {
+	return job.Commit(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `INSERT INTO results (job_id, lease_gen, value) VALUES ($1, $2, $3)`,
+			job.ID, job.Lease().Gen, job.Args.Value)
+		return err
+	})
+}
+
+// Test 1 of the core issue: worker A pauses past its lease (its network goes silent, as
+// in a GC pause or SIGSTOP); the reaper revokes the lease; worker B claims a newer
+// generation and commits; A resumes and every write it tries is rejected by the
+// database. The result row exists once, and the mechanism left its traces.
+func TestPausedHolderCannotWriteAfterRevocation(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	poolA, proxyA := b.proxiedPool(t)
+
+	var calls atomic.Int64
+	aStarted := make(chan *fenceq.Job[resultArgs], 1)
+	aResume := make(chan struct{})
+	aCommitErr := make(chan error, 1)
+	var aCtxCause atomic.Value
+	fenceq.AddHandler(b.hs, func(ctx context.Context, job *fenceq.Job[resultArgs]) error {
+		if calls.Add(1) == 1 {
+			// Worker A: blocks past its lease, ignoring its context like a stuck call would.
+			aStarted <- job
+			<-aResume
+			aCtxCause.Store(context.Cause(ctx))
+			// A fresh context: what stops A must be the database's fence, not a
+			// cancelled context.
+			err := writeResult(context.Background(), job)
+			aCommitErr <- err
+			return err
+		}
+		return writeResult(ctx, job)
+	})
+	lease := time.Second
+	cfgA := b.fastConfig(lease)
+	cfgA.ID = "worker-A"
+	cfgA.HeartbeatInterval = 200 * time.Millisecond
+	wA, err := fenceq.NewWorker(poolA, cfgA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := wA.Start(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = wA.Stop(ctx)
+	}()
+
+	res, err := fenceq.Enqueue(b.ctx, b.db.Pool, resultArgs{Value: "once"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobA := <-aStarted
+	leaseA := jobA.Lease()
+	if leaseA.Gen != 1 || leaseA.Holder != "worker-A" {
+		t.Fatalf("A's lease = %+v, want generation 1 held by worker-A", leaseA)
+	}
+
+	// A pauses: nothing it sends reaches the database any more.
+	proxyA.SetBlackhole(true)
+
+	// Worker B (direct connection) reaps the expired lease and runs the job.
+	cfgB := b.fastConfig(lease)
+	cfgB.ID = "worker-B"
+	b.startWorker(t, cfgB)
+	done := b.waitState(t, res.Job.ID, queue.StateCompleted, 15*time.Second)
+	if done.LeaseGen != 3 || done.LeasedBy == nil || *done.LeasedBy != "worker-B" {
+		t.Fatalf("completed job: gen %d by %v; want gen 3 (claim, revoke, claim) by worker-B", done.LeaseGen, done.LeasedBy)
+	}
+	if n := b.countEvents(t, queue.EventRevoked, leaseA.JobID, leaseA.Gen); n != 1 {
+		t.Fatalf("revoked events for A's lease = %d, want 1", n)
+	}
+	if proxyA.Dropped() == 0 {
+		t.Fatal("the pause did not drop any of A's traffic: the fault did not happen")
+	}
+
+	// A resumes.
+	proxyA.SetBlackhole(false)
+	close(aResume)
+	if err := <-aCommitErr; !errors.Is(err, fenceq.ErrLeaseLost) {
+		t.Fatalf("A's fenced commit after revocation: %v, want ErrLeaseLost", err)
+	}
+	if cause, _ := aCtxCause.Load().(error); !errors.Is(cause, fenceq.ErrLeaseDeadline) && !errors.Is(cause, fenceq.ErrLeaseLost) {
+		t.Errorf("A's context cause = %v, want lease deadline or lease lost", cause)
+	}
+	// Every other write A could make is rejected too.
+	if err := queue.Complete(b.ctx, b.db.Pool, leaseA); !errors.Is(err, queue.ErrLeaseLost) {
+		t.Errorf("A's completion: %v", err)
+	}
+	if err := queue.Release(b.ctx, b.db.Pool, leaseA); !errors.Is(err, queue.ErrLeaseLost) {
+		t.Errorf("A's release: %v", err)
+	}
+	hb, err := queue.Heartbeat(b.ctx, b.db.Pool, "worker-A", []queue.Lease{leaseA}, lease)
+	if err != nil || len(hb.Lost) != 1 || len(hb.Renewed) != 0 {
+		t.Errorf("A's heartbeat: %+v %v, want the lease reported lost", hb, err)
+	}
+
+	var rows int
+	var gen int64
+	if err := b.db.Pool.QueryRow(b.ctx, `SELECT count(*), max(lease_gen) FROM results WHERE job_id = $1`, res.Job.ID).Scan(&rows, &gen); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 1 || gen != 3 {
+		t.Fatalf("result rows = %d (gen %d), want exactly one, written under generation 3", rows, gen)
+	}
+	if n := b.countEvents(t, queue.EventStaleWriteRejected, leaseA.JobID, leaseA.Gen); n < 3 {
+		t.Errorf("stale_write_rejected events for A's lease = %d, want at least 3 (commit, complete, release)", n)
+	}
+	// A's own heartbeat loop finds the lease gone and raises the alert.
+	b.waitFor(t, "expired_holder_alive event for A's lease", 10*time.Second, func() bool {
+		return b.countEvents(t, queue.EventExpiredHolderAlive, leaseA.JobID, leaseA.Gen) == 1
+	})
+}
+
+// Test 3: when renewals cannot be confirmed (the database is unreachable), the job's
+// context is cancelled by the local monotonic deadline, before the lease expires by the
+// database's clock.
+func TestHeartbeatLossCancelsContextBeforeLeaseExpires(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	pool, proxy := b.proxiedPool(t)
+
+	started := make(chan fenceq.Lease, 1)
+	type cancelled struct {
+		cause           error
+		leaseStillValid bool
+		err             error
+	}
+	got := make(chan cancelled, 1)
+	fenceq.AddHandler(b.hs, func(ctx context.Context, job *fenceq.Job[resultArgs]) error {
+		started <- job.Lease()
+		<-ctx.Done()
+		// Ask the database (directly, not through the cut link) whether the lease is
+		// still valid at the moment the worker gave up.
+		var valid bool
+		err := b.db.Pool.QueryRow(context.Background(),
+			`SELECT lease_expires_at > now() FROM fenceq_jobs WHERE id = $1 AND lease_gen = $2`,
+			job.ID, job.Lease().Gen).Scan(&valid)
+		got <- cancelled{cause: context.Cause(ctx), leaseStillValid: valid, err: err}
+		return ctx.Err()
+	})
+	cfg := b.fastConfig(3 * time.Second)
+	cfg.HeartbeatInterval = 300 * time.Millisecond
+	cfg.LeaseMargin = 500 * time.Millisecond
+	cfg.WriteTimeout = 250 * time.Millisecond
+	w, err := fenceq.NewWorker(pool, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = w.Stop(ctx)
+	}()
+	if _, err := fenceq.Enqueue(b.ctx, b.db.Pool, resultArgs{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	proxy.SetBlackhole(true)
+	// The network heals before the pools close; connections opened during the cut
+	// (pgx's cancel requests, waiting for replies that were dropped) are reset.
+	t.Cleanup(func() { proxy.SetBlackhole(false); proxy.ResetAll() })
+	c := <-got
+	if proxy.Dropped() == 0 {
+		t.Fatal("no heartbeat traffic was dropped: the fault did not happen")
+	}
+	if !errors.Is(c.cause, fenceq.ErrLeaseDeadline) {
+		t.Fatalf("context cause = %v, want ErrLeaseDeadline", c.cause)
+	}
+	if c.err != nil || !c.leaseStillValid {
+		t.Fatalf("lease still valid in the database when the job was cancelled = %v (%v); the worker must give up first", c.leaseStillValid, c.err)
+	}
+}
+
+// Test 3, second half: a heartbeat that finds the lease revoked (here by an operator's
+// requeue) cancels the job's context at once, long before the lease would run out.
+func TestHeartbeatReportingLostLeaseCancelsContext(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	started := make(chan fenceq.Lease, 1)
+	causes := make(chan error, 1)
+	var runs atomic.Int64
+	fenceq.AddHandler(b.hs, func(ctx context.Context, job *fenceq.Job[resultArgs]) error {
+		if runs.Add(1) > 1 {
+			return nil
+		}
+		started <- job.Lease()
+		<-ctx.Done()
+		causes <- context.Cause(ctx)
+		return ctx.Err()
+	})
+	cfg := b.fastConfig(time.Minute)
+	cfg.HeartbeatInterval = 100 * time.Millisecond
+	b.startWorker(t, cfg)
+	if _, err := fenceq.Enqueue(b.ctx, b.db.Pool, resultArgs{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	l := <-started
+	if _, err := queue.RequeueJob(b.ctx, b.db.Pool, l.JobID); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case cause := <-causes:
+		if !errors.Is(cause, fenceq.ErrLeaseLost) {
+			t.Fatalf("cause = %v, want ErrLeaseLost", cause)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("job context not cancelled after its lease was revoked")
+	}
+	if n := b.countEvents(t, queue.EventHeartbeatLost, l.JobID, l.Gen); n != 1 {
+		t.Fatalf("heartbeat_lost events = %d, want 1", n)
+	}
+}
+
+// Test 4: a job that keeps heartbeating keeps its lease however long it runs: lease 1s,
+// job 5s, reaper every 100ms — never revoked, completed at generation 1.
+func TestLongJobThatHeartbeatsIsNeverReaped(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var firstExpiry atomic.Value
+	fenceq.AddHandler(b.hs, func(ctx context.Context, job *fenceq.Job[resultArgs]) error {
+		firstExpiry.Store(*job.LeaseExpiresAt)
+		select {
+		case <-time.After(5 * time.Second):
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+		return writeResult(ctx, job)
+	})
+	cfg := b.fastConfig(time.Second)
+	cfg.ReaperInterval = 100 * time.Millisecond
+	b.startWorker(t, cfg)
+	res, err := fenceq.Enqueue(b.ctx, b.db.Pool, resultArgs{Value: "long"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// While it runs, the lease moves forward: proof the heartbeats happen.
+	time.Sleep(2500 * time.Millisecond)
+	mid, err := queue.GetJob(b.ctx, b.db.Pool, res.Job.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, _ := firstExpiry.Load().(time.Time)
+	if mid.State != queue.StateRunning || mid.LeaseExpiresAt == nil || !mid.LeaseExpiresAt.After(first.Add(time.Second)) {
+		t.Fatalf("mid-run: state %s, lease expires %v, first expiry %v: lease not renewed", mid.State, mid.LeaseExpiresAt, first)
+	}
+	done := b.waitState(t, res.Job.ID, queue.StateCompleted, 15*time.Second)
+	if done.LeaseGen != 1 || done.Attempt != 1 {
+		t.Fatalf("completed at gen %d attempt %d; want 1 and 1 (never revoked)", done.LeaseGen, done.Attempt)
+	}
+	if n := b.countEvents(t, queue.EventRevoked, res.Job.ID, 1); n != 0 {
+		t.Fatalf("revoked events = %d, want 0", n)
+	}
+}
+
+// Graceful shutdown: a job still running when the shutdown deadline passes is cancelled
+// and its lease released (fenced); its handler's late commit is rejected, and the job is
+// available again without an attempt used up.
+func TestShutdownReleasesLeasesOfUnfinishedJobs(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	started := make(chan struct{}, 1)
+	commitErr := make(chan error, 1)
+	fenceq.AddHandler(b.hs, func(ctx context.Context, job *fenceq.Job[resultArgs]) error {
+		started <- struct{}{}
+		<-ctx.Done()
+		err := writeResult(context.Background(), job)
+		commitErr <- err
+		return err
+	})
+	w, err := fenceq.NewWorker(b.db.Pool, b.fastConfig(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	res, err := fenceq.Enqueue(b.ctx, b.db.Pool, resultArgs{Value: "late"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if err := w.Stop(ctx); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	if err := <-commitErr; !errors.Is(err, fenceq.ErrLeaseLost) {
+		t.Fatalf("commit after release: %v, want ErrLeaseLost", err)
+	}
+	j, err := queue.GetJob(b.ctx, b.db.Pool, res.Job.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.State != queue.StateAvailable || j.Attempt != 0 || j.LeasedBy != nil {
+		t.Fatalf("after release: state %s attempt %d leased_by %v; want available, 0, none", j.State, j.Attempt, j.LeasedBy)
+	}
+	var rows int
+	if err := b.db.Pool.QueryRow(b.ctx, `SELECT count(*) FROM results`).Scan(&rows); err != nil || rows != 0 {
+		t.Fatalf("result rows = %d (%v), want 0", rows, err)
+	}
+	var workers int
+	if err := b.db.Pool.QueryRow(b.ctx, `SELECT count(*) FROM fenceq_workers`).Scan(&workers); err != nil || workers != 0 {
+		t.Fatalf("worker rows after stop = %d (%v), want 0", workers, err)
+	}
+}
