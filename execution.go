@@ -108,7 +108,7 @@ func (e *execution) run() {
 	w := e.w
 	if e.handler == nil {
 		err := fmt.Errorf("no handler registered for kind %q on worker %s", e.row.Kind, w.cfg.ID)
-		e.settle(err, "")
+		e.settle(err, "", nil)
 		return
 	}
 	ctx := e.ctx
@@ -127,14 +127,14 @@ func (e *execution) run() {
 		}()
 		return e.handler.run(ctx, e.row, e)
 	}()
-	e.settle(err, trace)
+	e.settle(err, trace, context.Cause(ctx))
 }
 
-// settle writes the attempt's outcome under the lease.
-func (e *execution) settle(err error, trace string) {
+// settle writes the attempt's outcome under the lease. cause is why the handler's
+// context ended, if it did.
+func (e *execution) settle(err error, trace string, cause error) {
 	w := e.w
 	committed, released := e.flags()
-	cause := context.Cause(e.ctx)
 	log := w.log.With("job_id", e.lease.JobID, "lease_gen", e.lease.Gen, "kind", e.row.Kind, "queue", e.row.Queue)
 
 	var snooze *snoozeError

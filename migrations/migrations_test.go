@@ -1,0 +1,85 @@
+package migrations_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/fenceq/fenceq/internal/dbtest"
+	"github.com/fenceq/fenceq/migrations"
+)
+
+func tables(t *testing.T, db *dbtest.DB) map[string]bool {
+	t.Helper()
+	rows, err := db.Pool.Query(context.Background(),
+		`SELECT table_name FROM information_schema.tables WHERE table_schema = $1`, db.Schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[string]bool{}
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		out[n] = true
+	}
+	return out
+}
+
+// Up → Down → Up round-trips cleanly, in a schema of its own.
+func TestUpDownUpRoundTrip(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	db := dbtest.New(t, dbtest.Options{NoMigrate: true})
+
+	rep, err := migrations.Status(ctx, db.Pool)
+	if err != nil || rep.Version != 0 || len(rep.Migrations) == 0 || rep.Migrations[0].Applied {
+		t.Fatalf("fresh status: %+v %v", rep, err)
+	}
+	for round := 0; round < 2; round++ {
+		if err := migrations.Up(ctx, db.Pool); err != nil {
+			t.Fatalf("round %d up: %v", round, err)
+		}
+		rep, err := migrations.Status(ctx, db.Pool)
+		if err != nil || rep.Version != migrations.Latest() || rep.Dirty {
+			t.Fatalf("round %d status after up: %+v %v", round, rep, err)
+		}
+		for _, m := range rep.Migrations {
+			if !m.Applied {
+				t.Fatalf("round %d: migration %d %s not applied", round, m.Version, m.Name)
+			}
+		}
+		have := tables(t, db)
+		for _, want := range []string{"fenceq_jobs", "fenceq_workers", "fenceq_queues", "fenceq_lease_events", "fenceq_outbox"} {
+			if !have[want] {
+				t.Fatalf("round %d: table %s missing after up (have %v)", round, want, have)
+			}
+		}
+		// Up again is a no-op.
+		if err := migrations.Up(ctx, db.Pool); err != nil {
+			t.Fatalf("second up: %v", err)
+		}
+		if err := migrations.Down(ctx, db.Pool, 0); err != nil {
+			t.Fatalf("round %d down: %v", round, err)
+		}
+		left := tables(t, db)
+		delete(left, migrations.Table)
+		if len(left) != 0 {
+			t.Fatalf("round %d: tables left after down: %v", round, left)
+		}
+	}
+	// Down by steps reverts one migration at a time.
+	if err := migrations.Up(ctx, db.Pool); err != nil {
+		t.Fatal(err)
+	}
+	if err := migrations.Down(ctx, db.Pool, 1); err != nil {
+		t.Fatal(err)
+	}
+	rep, err = migrations.Status(ctx, db.Pool)
+	if err != nil || rep.Version != migrations.Latest()-1 {
+		t.Fatalf("after down 1: version %d %v, want %d", rep.Version, err, migrations.Latest()-1)
+	}
+}

@@ -1,0 +1,251 @@
+package fenceq_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fenceq/fenceq"
+	"github.com/fenceq/fenceq/queue"
+)
+
+type stepArgs struct {
+	Mode string `json:"mode"`
+}
+
+func (stepArgs) Kind() string { return "step" }
+
+// Handler outcomes: nil completes, an error retries with backoff and discards after max
+// attempts, a panic is a failure with its stack recorded (and the worker keeps going),
+// JobSnooze, JobCancel and JobDiscard steer the job, a per-kind timeout cancels the
+// context with ErrJobTimeout.
+func TestHandlerOutcomes(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var flaky atomic.Int64
+	var snoozed atomic.Int64
+	timeoutCause := make(chan error, 1)
+	fenceq.AddHandler(b.hs, func(ctx context.Context, job *fenceq.Job[stepArgs]) error {
+		switch job.Args.Mode {
+		case "ok":
+			return nil
+		case "flaky": // fails twice, then succeeds
+			if flaky.Add(1) <= 2 {
+				return errors.New("tax service unavailable")
+			}
+			return nil
+		case "always":
+			return errors.New("always broken")
+		case "panic":
+			panic("nil map somewhere")
+		case "snooze":
+			if snoozed.Add(1) == 1 {
+				return fenceq.JobSnooze(50 * time.Millisecond)
+			}
+			return nil
+		case "cancel":
+			return fenceq.JobCancel(errors.New("customer closed the account"))
+		case "discard":
+			return fenceq.JobDiscard(errors.New("malformed invoice template"))
+		case "slow":
+			<-ctx.Done()
+			timeoutCause <- context.Cause(ctx)
+			return ctx.Err()
+		}
+		return errors.New("unknown mode")
+	}, fenceq.HandlerOpts{Timeout: 2 * time.Second, Backoff: &queue.Backoff{Base: 10 * time.Millisecond, Max: 20 * time.Millisecond}})
+	cfg := b.fastConfig(5 * time.Second)
+	cfg.ReaperInterval = 50 * time.Millisecond
+	b.startWorker(t, cfg)
+
+	enqueue := func(mode string, maxAttempts int) int64 {
+		res, err := fenceq.Enqueue(b.ctx, b.db.Pool, stepArgs{Mode: mode}, &fenceq.InsertOpts{MaxAttempts: maxAttempts})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Job.ID
+	}
+	ids := map[string]int64{}
+	for _, m := range []string{"ok", "flaky", "always", "panic", "snooze", "cancel", "discard", "slow"} {
+		ids[m] = enqueue(m, 3)
+	}
+
+	t.Run("Completed", func(t *testing.T) {
+		j := b.waitState(t, ids["ok"], queue.StateCompleted, 10*time.Second)
+		if j.Attempt != 1 || len(j.Errors) != 0 {
+			t.Fatalf("%+v", j)
+		}
+	})
+	t.Run("RetriedWithBackoffThenCompleted", func(t *testing.T) {
+		j := b.waitState(t, ids["flaky"], queue.StateCompleted, 10*time.Second)
+		if j.Attempt != 3 || len(j.Errors) != 2 || j.Errors[0].Error != "tax service unavailable" {
+			t.Fatalf("attempt %d errors %+v", j.Attempt, j.Errors)
+		}
+	})
+	t.Run("DiscardedAfterMaxAttempts", func(t *testing.T) {
+		j := b.waitState(t, ids["always"], queue.StateDiscarded, 10*time.Second)
+		if j.Attempt != 3 || len(j.Errors) != 3 || j.FinishedAt == nil {
+			t.Fatalf("attempt %d errors %d", j.Attempt, len(j.Errors))
+		}
+	})
+	t.Run("PanicRecordedWithStack", func(t *testing.T) {
+		j := b.waitState(t, ids["panic"], queue.StateDiscarded, 10*time.Second)
+		last := j.Errors[len(j.Errors)-1]
+		if !strings.Contains(last.Error, "nil map somewhere") || !strings.Contains(last.Trace, "goroutine") {
+			t.Fatalf("panic error %q trace %q", last.Error, last.Trace)
+		}
+	})
+	t.Run("Snoozed", func(t *testing.T) {
+		j := b.waitState(t, ids["snooze"], queue.StateCompleted, 10*time.Second)
+		if j.Attempt != 2 || j.MaxAttempts != 4 || len(j.Errors) != 0 {
+			t.Fatalf("attempt %d max %d errors %d: a snooze is not a failure", j.Attempt, j.MaxAttempts, len(j.Errors))
+		}
+	})
+	t.Run("Cancelled", func(t *testing.T) {
+		j := b.waitState(t, ids["cancel"], queue.StateCancelled, 10*time.Second)
+		if j.Attempt != 1 || !strings.Contains(j.Errors[0].Error, "closed the account") {
+			t.Fatalf("%+v", j.Errors)
+		}
+	})
+	t.Run("DiscardedAtOnce", func(t *testing.T) {
+		j := b.waitState(t, ids["discard"], queue.StateDiscarded, 10*time.Second)
+		if j.Attempt != 1 {
+			t.Fatalf("attempt %d, want 1", j.Attempt)
+		}
+	})
+	t.Run("Timeout", func(t *testing.T) {
+		select {
+		case cause := <-timeoutCause:
+			if !errors.Is(cause, fenceq.ErrJobTimeout) {
+				t.Fatalf("cause %v", cause)
+			}
+		case <-time.After(15 * time.Second):
+			t.Fatal("slow job never timed out")
+		}
+		j := b.waitState(t, ids["slow"], queue.StateRetryable, 10*time.Second)
+		if !strings.Contains(j.Errors[0].Error, "job timeout") {
+			t.Fatalf("error %q", j.Errors[0].Error)
+		}
+	})
+}
+
+type undecodableArgs struct {
+	N int `json:"n"`
+}
+
+func (undecodableArgs) Kind() string { return "undecodable" }
+
+func TestArgsThatDoNotDecodeAreDiscarded(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	fenceq.AddHandler(b.hs, func(ctx context.Context, job *fenceq.Job[undecodableArgs]) error { return nil })
+	b.startWorker(t, b.fastConfig(5*time.Second))
+	res, err := queue.Insert(b.ctx, b.db.Pool, queue.InsertParams{Kind: "undecodable", Args: []byte(`{"n":"not a number"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := b.waitState(t, res.Job.ID, queue.StateDiscarded, 10*time.Second)
+	if j.Attempt != 1 || !strings.Contains(j.Errors[0].Error, "decode undecodable args") {
+		t.Fatalf("%+v", j.Errors)
+	}
+}
+
+// LISTEN/NOTIFY: with polling set to a minute, an insert still wakes the worker.
+func TestInsertWakesWorkerWithoutPolling(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	fenceq.AddHandler(b.hs, func(ctx context.Context, job *fenceq.Job[echoArgs]) error { return nil })
+	cfg := b.fastConfig(5 * time.Second)
+	cfg.PollInterval = time.Minute
+	b.startWorker(t, cfg)
+	time.Sleep(300 * time.Millisecond) // let the listener connect; a wake-up on connect polls once
+	res, err := fenceq.Enqueue(b.ctx, b.db.Pool, echoArgs{Value: "wake"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.waitState(t, res.Job.ID, queue.StateCompleted, 10*time.Second)
+}
+
+func TestPausedQueueIsNotWorkedUntilResumed(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	fenceq.AddHandler(b.hs, func(ctx context.Context, job *fenceq.Job[echoArgs]) error { return nil })
+	if err := queue.SetQueuePaused(b.ctx, b.db.Pool, "default", true); err != nil {
+		t.Fatal(err)
+	}
+	b.startWorker(t, b.fastConfig(5*time.Second))
+	res, err := fenceq.Enqueue(b.ctx, b.db.Pool, echoArgs{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond) // ten poll intervals
+	if j, _ := queue.GetJob(b.ctx, b.db.Pool, res.Job.ID); j.State != queue.StateAvailable {
+		t.Fatalf("paused queue's job is %s", j.State)
+	}
+	if err := queue.SetQueuePaused(b.ctx, b.db.Pool, "default", false); err != nil {
+		t.Fatal(err)
+	}
+	b.waitState(t, res.Job.ID, queue.StateCompleted, 10*time.Second)
+}
+
+// The worker never runs more jobs of a queue at once than its MaxWorkers.
+func TestConcurrencyIsBoundedBySlots(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var now, peak atomic.Int64
+	fenceq.AddHandler(b.hs, func(ctx context.Context, job *fenceq.Job[echoArgs]) error {
+		n := now.Add(1)
+		for {
+			p := peak.Load()
+			if n <= p || peak.CompareAndSwap(p, n) {
+				break
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+		now.Add(-1)
+		return nil
+	})
+	cfg := b.fastConfig(5 * time.Second)
+	cfg.Queues = map[string]fenceq.QueueConfig{"default": {MaxWorkers: 3}}
+	b.startWorker(t, cfg)
+	items := make([]fenceq.EnqueueItem, 60)
+	for i := range items {
+		items[i] = fenceq.EnqueueItem{Args: echoArgs{}}
+	}
+	if _, err := fenceq.EnqueueMany(b.ctx, b.db.Pool, items); err != nil {
+		t.Fatal(err)
+	}
+	b.waitFor(t, "all 60 jobs completed", 30*time.Second, func() bool {
+		var n int
+		_ = b.db.Pool.QueryRow(b.ctx, `SELECT count(*) FROM fenceq_jobs WHERE state = 'completed'`).Scan(&n)
+		return n == 60
+	})
+	if p := peak.Load(); p > 3 || p < 2 {
+		t.Fatalf("peak concurrency %d, want at most 3 (and more than 1)", p)
+	}
+}
+
+func TestConfigValidationNamesTheField(t *testing.T) {
+	t.Parallel()
+	hs := fenceq.NewHandlers()
+	fenceq.AddHandler(hs, func(ctx context.Context, job *fenceq.Job[echoArgs]) error { return nil })
+	b := setup(t)
+	cases := map[string]fenceq.Config{
+		"Handlers":          {},
+		"Queues":            {Handlers: hs, Queues: map[string]fenceq.QueueConfig{"bad queue": {}}},
+		"HeartbeatInterval": {Handlers: hs, LeaseDuration: time.Second, HeartbeatInterval: 2 * time.Second},
+		"LeaseMargin":       {Handlers: hs, LeaseDuration: time.Second, HeartbeatInterval: 500 * time.Millisecond, LeaseMargin: 600 * time.Millisecond},
+		"MaxWorkers":        {Handlers: hs, Queues: map[string]fenceq.QueueConfig{"q": {MaxWorkers: -1}}},
+	}
+	for field, cfg := range cases {
+		if _, err := fenceq.NewWorker(b.db.Pool, cfg); err == nil || !strings.Contains(err.Error(), field) {
+			t.Errorf("%s: err = %v, want it named", field, err)
+		}
+	}
+	if err := fenceq.AddHandlerSafely(hs, func(ctx context.Context, job *fenceq.Job[echoArgs]) error { return nil }); err == nil {
+		t.Error("registering a kind twice must fail")
+	}
+}
