@@ -104,6 +104,13 @@ func New() *Metrics {
 		m.staleWrites, m.expiredHolderAlive, m.leasesLost, m.heartbeatFailures,
 		m.idemReplays, m.idemConflicts, m.outboxDelivered, m.outboxFailed,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// Known label values start at 0, so an alert on increase() sees the first event.
+	for _, op := range []string{"commit", "complete", "settle", "release", "with lease"} {
+		m.staleWrites.WithLabelValues(op)
+	}
+	for _, by := range []string{"reaper", "holder"} {
+		m.expiredHolderAlive.WithLabelValues(by)
+	}
 	return m
 }
 

@@ -1,0 +1,116 @@
+package cli
+
+import (
+	"fmt"
+	"log/slog"
+	"strings"
+
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/fenceq/fenceq/internal/bench"
+)
+
+// benchCommand is `fenceq bench WORKLOAD`: throughput and latency of fenceq, side by
+// side with River (--vs river) and, for drain, with the bare-SQL ceiling.
+func benchCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:      "bench",
+		Usage:     "measure throughput and latency, optionally side by side with River",
+		ArgsUsage: "WORKLOAD",
+		Description: "WORKLOAD is one of:\n" +
+			"  insert   COPY batches of 5,000 (--jobs) and single-row inserts (--jobs/10), jobs/s\n" +
+			"  drain    work down --jobs pre-inserted no-op jobs, jobs/s (with the bare-SQL ceiling)\n" +
+			"  steady   insert and work together for --duration, worked jobs/s\n" +
+			"  latency  enqueue→start p50/p95/p99 at --rate jobs/s for --duration\n" +
+			"  fenced   each job commits a result row + an outbox row + its completion in one\n" +
+			"           transaction (fenceq Job.Commit vs River JobCompleteTx), jobs/s\n" +
+			"Each run of each side uses a fresh schema of the database, dropped afterwards; with\n" +
+			"--vs river the sides alternate which goes first. The table shows the median, min,\n" +
+			"max and max/min of the runs per side and the ratios of the medians, plus WAL bytes,\n" +
+			"commits and updates per job, the HOT share and dead tuples of the job table.\n" +
+			"Examples:\n" +
+			"  fenceq bench drain --jobs 200000 --vs river --runs 5\n" +
+			"  fenceq bench latency --rate 1000 --duration 20s --vs river\n" +
+			"  fenceq bench drain --retained 1000000 --idle-xact 60s --runs 3",
+		Flags: []ucli.Flag{
+			&ucli.IntFlag{Name: "jobs", Usage: "jobs of insert, drain and fenced (default 200000; fenced 20000)"},
+			&ucli.DurationFlag{Name: "duration", Usage: "length of steady and latency (default 10s)"},
+			&ucli.IntFlag{Name: "rate", Usage: "arrival rate of latency, jobs/s (default 1000)"},
+			&ucli.IntFlag{Name: "workers", Usage: "jobs each side runs at once (MaxWorkers) (default 1000)"},
+			&ucli.IntFlag{Name: "conns", Usage: "connections in each side's pool (default 8)"},
+			&ucli.IntFlag{Name: "runs", Value: 5, Usage: "paired runs"},
+			&ucli.StringFlag{Name: "vs", Usage: "peer measured alongside: river"},
+			&ucli.IntFlag{Name: "retained", Usage: "finished jobs pre-filled before each run"},
+			&ucli.DurationFlag{Name: "idle-xact", Usage: "hold an idle transaction (vacuum horizon) open this long during each run"},
+			&ucli.BoolFlag{Name: "no-ceiling", Usage: "drain: skip the bare-SQL ceiling"},
+			&ucli.IntFlag{Name: "ceiling-claimers", Usage: "concurrent claimers of the bare-SQL ceiling (default 2)"},
+			&ucli.IntFlag{Name: "claim-batch", Usage: "fenceq ClaimBatchSize (default: the engine's)"},
+			&ucli.BoolFlag{Name: "quiet", Usage: "no progress lines on stderr"},
+			&ucli.BoolFlag{Name: "verbose", Usage: "show the systems' own warnings on stderr"},
+		},
+		Action: func(c *ucli.Context) error {
+			if err := needArgs(c, 1, 1, "WORKLOAD [flags]"); err != nil {
+				return err
+			}
+			cfg := bench.Config{
+				Workload:        strings.ToLower(c.Args().First()),
+				DatabaseURL:     dbURL(c),
+				Jobs:            c.Int("jobs"),
+				Duration:        c.Duration("duration"),
+				Rate:            c.Int("rate"),
+				Workers:         c.Int("workers"),
+				Conns:           c.Int("conns"),
+				Runs:            c.Int("runs"),
+				Vs:              strings.ToLower(c.String("vs")),
+				Ceiling:         !c.Bool("no-ceiling"),
+				CeilingClaimers: c.Int("ceiling-claimers"),
+				Retained:        c.Int("retained"),
+				IdleXact:        c.Duration("idle-xact"),
+				ClaimBatch:      c.Int("claim-batch"),
+			}
+			if !c.Bool("quiet") {
+				cfg.Progress = stderr(c)
+			}
+			if c.Bool("verbose") {
+				cfg.Logger = slog.New(slog.NewTextHandler(stderr(c), &slog.HandlerOptions{Level: slog.LevelWarn}))
+			}
+			if err := benchUsage(cfg); err != nil {
+				return err
+			}
+			rep, err := bench.Run(c.Context, cfg)
+			if err != nil {
+				return fmt.Errorf("bench %s against %s: %w", cfg.Workload, RedactURL(cfg.DatabaseURL), err)
+			}
+			if wantJSON(c) {
+				return rep.WriteJSON(stdout(c))
+			}
+			return rep.WriteText(stdout(c))
+		},
+	}
+}
+
+// benchUsage turns the command-line mistakes into usage errors (exit 2) before any
+// connection is made.
+func benchUsage(cfg bench.Config) error {
+	known := false
+	for _, w := range bench.Workloads {
+		known = known || w == cfg.Workload
+	}
+	if !known {
+		return usageError{fmt.Errorf("unknown workload %q: use one of %s", cfg.Workload, strings.Join(bench.Workloads, ", "))}
+	}
+	if cfg.Vs != "" && cfg.Vs != bench.SystemRiver {
+		return usageError{fmt.Errorf("--vs %q: the only peer is %s", cfg.Vs, bench.SystemRiver)}
+	}
+	for name, n := range map[string]int{"--jobs": cfg.Jobs, "--rate": cfg.Rate, "--workers": cfg.Workers,
+		"--conns": cfg.Conns, "--retained": cfg.Retained, "--ceiling-claimers": cfg.CeilingClaimers,
+		"--claim-batch": cfg.ClaimBatch} {
+		if n < 0 {
+			return usageError{fmt.Errorf("%s: %d must not be negative", name, n)}
+		}
+	}
+	if cfg.Runs < 1 {
+		return usageError{fmt.Errorf("--runs: %d must be at least 1", cfg.Runs)}
+	}
+	return nil
+}

@@ -1,0 +1,102 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/fenceq/fenceq/internal/bench"
+	"github.com/fenceq/fenceq/internal/dbtest"
+)
+
+// runBench runs `fenceq bench …` in-process, adding the bench command to the app if
+// it is not wired in yet.
+func runBench(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	app := NewApp(&out, &errOut)
+	if app.Command("bench") == nil {
+		cmd := benchCommand()
+		addCommonFlags([]*ucli.Command{cmd})
+		setUsageErrors(cmd)
+		app.Commands = append(app.Commands, cmd)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	full := append([]string{"fenceq", "bench"}, args...)
+	code := ExitOK
+	if err := app.RunContext(ctx, reorderArgs(app, full)); err != nil {
+		code = ExitError
+		if _, ok := err.(usageError); ok {
+			code = ExitUsage
+		}
+		errOut.WriteString(err.Error())
+	}
+	return out.String(), errOut.String(), code
+}
+
+func TestBenchDrainJSON(t *testing.T) {
+	t.Parallel()
+	out, errOut, code := runBench(t, "drain", "--jobs", "300", "--workers", "20", "--conns", "3",
+		"--runs", "1", "--vs", "river", "--json", "--database-url", dbtest.BaseURL())
+	if code != ExitOK {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var rep bench.Report
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("--json output does not parse: %v\n%s", err, out)
+	}
+	if rep.Workload != "drain" || len(rep.Systems) != 3 {
+		t.Fatalf("report %+v, want drain with fenceq, river and bare-sql", rep)
+	}
+	for _, s := range rep.Systems {
+		if s.Summary[bench.MetricJobs].Median != 300 {
+			t.Errorf("%s worked %v jobs, want 300", s.Name, s.Summary[bench.MetricJobs].Median)
+		}
+	}
+	// Progress goes to stderr, never into the JSON.
+	if !strings.Contains(errOut, "run 1/1") {
+		t.Errorf("no progress on stderr: %q", errOut)
+	}
+}
+
+func TestBenchTextTable(t *testing.T) {
+	t.Parallel()
+	out, errOut, code := runBench(t, "fenced", "--jobs", "100", "--workers", "10", "--conns", "2",
+		"--runs", "1", "--quiet", "--database-url", dbtest.BaseURL())
+	if code != ExitOK {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{"workload fenced", "fenceq: fenceq worker", "jobs_per_sec", "wal_bytes_per_job", "max/min"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if errOut != "" {
+		t.Errorf("--quiet still wrote to stderr: %q", errOut)
+	}
+}
+
+func TestBenchUsageErrors(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{}, "usage"},
+		{[]string{"sprint"}, `unknown workload "sprint"`},
+		{[]string{"drain", "--vs", "sidekiq"}, `--vs "sidekiq"`},
+		{[]string{"drain", "--runs", "0"}, "--runs"},
+		{[]string{"drain", "--jobs", "-3"}, "--jobs"},
+	} {
+		_, errOut, code := runBench(t, tc.args...)
+		if code != ExitUsage || !strings.Contains(errOut, tc.want) {
+			t.Errorf("bench %v: exit %d, stderr %q; want exit %d naming %s", tc.args, code, errOut, ExitUsage, tc.want)
+		}
+	}
+}

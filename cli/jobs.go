@@ -1,0 +1,242 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/fenceq/fenceq/queue"
+)
+
+func jobsCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:  "jobs",
+		Usage: "list, show, retry, cancel or requeue jobs",
+		Subcommands: []*ucli.Command{
+			{
+				Name:  "list",
+				Usage: "list the newest jobs",
+				Flags: []ucli.Flag{
+					&ucli.StringFlag{Name: "state", Usage: "only this state: " + stateNames()},
+					&ucli.StringFlag{Name: "queue", Usage: "only this queue"},
+					&ucli.StringFlag{Name: "kind", Usage: "only this kind"},
+					&ucli.IntFlag{Name: "limit", Value: 50, Usage: "at most this many jobs"},
+				},
+				Action: jobsList,
+			},
+			{Name: "show", Usage: "show one job, its errors and its lease events", ArgsUsage: "ID", Action: jobsShow},
+			{Name: "retry", Usage: "run a finished, retryable or scheduled job again now", ArgsUsage: "ID",
+				Action: jobsAdmin("retry", queue.RetryJob)},
+			{Name: "cancel", Usage: "cancel an unfinished job (a running job's lease is revoked)", ArgsUsage: "ID",
+				Action: jobsAdmin("cancel", func(ctx context.Context, db queue.DBTX, id int64) (*queue.JobRow, error) {
+					return queue.CancelJob(ctx, db, id, "")
+				})},
+			{Name: "requeue", Usage: "force a job of any state back to available; a running job's lease is revoked " +
+				"(its generation bumped) so its holder can write nothing more", ArgsUsage: "ID",
+				Action: jobsAdmin("requeue", queue.RequeueJob)},
+		},
+	}
+}
+
+func stateNames() string {
+	s := make([]string, len(queue.States))
+	for i, st := range queue.States {
+		s[i] = string(st)
+	}
+	return strings.Join(s, ", ")
+}
+
+func parseJobID(c *ucli.Context) (int64, error) {
+	if err := needArgs(c, 1, 1, "ID"); err != nil {
+		return 0, err
+	}
+	id, err := strconv.ParseInt(c.Args().First(), 10, 64)
+	if err != nil || id <= 0 {
+		return 0, usageError{fmt.Errorf("invalid job id %q: want a positive integer", c.Args().First())}
+	}
+	return id, nil
+}
+
+// jobError turns the engine's sentinels into the CLI's lines.
+func jobError(op string, id int64, err error) error {
+	switch {
+	case errors.Is(err, queue.ErrNotFound):
+		return fmt.Errorf("job %d not found", id)
+	case errors.Is(err, queue.ErrWrongState):
+		msg := err.Error()
+		if i := strings.Index(msg, "it is "); i >= 0 {
+			msg = strings.TrimSuffix(msg[i:], ": "+queue.ErrWrongState.Error())
+		}
+		hint := ""
+		if op == "retry" {
+			hint = fmt.Sprintf(" (use `fenceq jobs requeue %d` to force it)", id)
+		}
+		return fmt.Errorf("cannot %s job %d: %s%s", op, id, msg, hint)
+	}
+	return err
+}
+
+func jobsList(c *ucli.Context) error {
+	if err := needArgs(c, 0, 0, "[--state S] [--queue Q] [--kind K] [--limit N]"); err != nil {
+		return err
+	}
+	st := queue.State(c.String("state"))
+	if st != "" && !st.Valid() {
+		return usageError{fmt.Errorf("invalid --state %q: want one of %s", st, stateNames())}
+	}
+	pool, err := openSchema(c, 2)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	jobs, err := queue.ListJobs(c.Context, pool, queue.ListParams{State: st, Queue: c.String("queue"),
+		Kind: c.String("kind"), Limit: c.Int("limit")})
+	if err != nil {
+		return err
+	}
+	if jobs == nil {
+		jobs = []*queue.JobRow{}
+	}
+	return output(c, jobs, func(w io.Writer) error {
+		if len(jobs) == 0 {
+			_, err := fmt.Fprintln(w, "no jobs")
+			return err
+		}
+		rows := make([][]string, 0, len(jobs))
+		for _, j := range jobs {
+			rows = append(rows, []string{strconv.FormatInt(j.ID, 10), j.Kind, j.Queue, string(j.State),
+				fmt.Sprintf("%d/%d", j.Attempt, j.MaxAttempts), strconv.FormatInt(j.LeaseGen, 10),
+				fmtTime(&j.RunAt), fmtStr(j.LeasedBy), truncate(string(j.Args), 40)})
+		}
+		return table(w, []string{"ID", "KIND", "QUEUE", "STATE", "ATTEMPT", "GEN", "RUN_AT", "LEASED_BY", "ARGS"}, rows)
+	})
+}
+
+type jobDetail struct {
+	*queue.JobRow
+	LeaseEvents []queue.LeaseEvent `json:"lease_events"`
+}
+
+func jobsShow(c *ucli.Context) error {
+	id, err := parseJobID(c)
+	if err != nil {
+		return err
+	}
+	pool, err := openSchema(c, 2)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	j, err := queue.GetJob(c.Context, pool, id)
+	if err != nil {
+		return jobError("show", id, err)
+	}
+	events, err := queue.ListLeaseEvents(c.Context, pool, id, 50)
+	if err != nil {
+		return err
+	}
+	if events == nil {
+		events = []queue.LeaseEvent{}
+	}
+	return output(c, jobDetail{JobRow: j, LeaseEvents: events}, func(w io.Writer) error {
+		printJob(w, j)
+		if len(j.Errors) > 0 {
+			fmt.Fprintln(w, "\nerrors:")
+			rows := make([][]string, 0, len(j.Errors))
+			for _, e := range j.Errors {
+				at := e.At
+				rows = append(rows, []string{fmtTime(&at), strconv.Itoa(e.Attempt), strconv.FormatInt(e.LeaseGen, 10),
+					orDash(e.Worker), truncate(e.Error, 100)})
+			}
+			if err := table(w, []string{"AT", "ATTEMPT", "GEN", "WORKER", "ERROR"}, rows); err != nil {
+				return err
+			}
+		}
+		if len(events) > 0 {
+			fmt.Fprintln(w, "\nlease events:")
+			rows := make([][]string, 0, len(events))
+			for _, e := range events {
+				at := e.At
+				rows = append(rows, []string{fmtTime(&at), string(e.Kind), strconv.FormatInt(e.LeaseGen, 10),
+					fmtStr(e.WorkerID), truncate(fmtStr(e.Detail), 80)})
+			}
+			return table(w, []string{"AT", "EVENT", "GEN", "WORKER", "DETAIL"}, rows)
+		}
+		return nil
+	})
+}
+
+func printJob(w io.Writer, j *queue.JobRow) {
+	_ = keyValues(w, [][2]string{
+		{"id", strconv.FormatInt(j.ID, 10)},
+		{"kind", j.Kind},
+		{"queue", j.Queue},
+		{"state", string(j.State)},
+		{"priority", strconv.Itoa(int(j.Priority))},
+		{"attempt", fmt.Sprintf("%d of %d", j.Attempt, j.MaxAttempts)},
+		{"lease_gen", strconv.FormatInt(j.LeaseGen, 10)},
+		{"leased_by", fmtStr(j.LeasedBy)},
+		{"heartbeat_at", fmtTime(j.HeartbeatAt)},
+		{"lease_expires_at", fmtTime(j.LeaseExpiresAt)},
+		{"run_at", fmtTime(&j.RunAt)},
+		{"unique_key", fmtStr(j.UniqueKey)},
+		{"created_at", fmtTime(&j.CreatedAt)},
+		{"finished_at", fmtTime(j.FinishedAt)},
+		{"args", string(j.Args)},
+	})
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// adminFunc is one operator action on a job.
+type adminFunc func(ctx context.Context, db queue.DBTX, id int64) (*queue.JobRow, error)
+
+type adminResult struct {
+	Before *queue.JobRow `json:"before"`
+	After  *queue.JobRow `json:"after"`
+	// Revoked is true when a running job's lease was revoked.
+	Revoked bool `json:"revoked"`
+}
+
+func jobsAdmin(op string, fn adminFunc) ucli.ActionFunc {
+	return func(c *ucli.Context) error {
+		id, err := parseJobID(c)
+		if err != nil {
+			return err
+		}
+		pool, err := openSchema(c, 2)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		before, err := queue.GetJob(c.Context, pool, id)
+		if err != nil {
+			return jobError(op, id, err)
+		}
+		after, err := fn(c.Context, pool, id)
+		if err != nil {
+			return jobError(op, id, err)
+		}
+		res := adminResult{Before: before, After: after, Revoked: after.LeaseGen != before.LeaseGen}
+		return output(c, res, func(w io.Writer) error {
+			past := map[string]string{"retry": "retried", "cancel": "cancelled", "requeue": "requeued"}[op]
+			msg := fmt.Sprintf("job %d %s: %s → %s", id, past, before.State, after.State)
+			if res.Revoked {
+				msg += fmt.Sprintf("; lease of %s revoked (generation %d → %d): its writes are rejected from now on",
+					fmtStr(before.LeasedBy), before.LeaseGen, after.LeaseGen)
+			}
+			_, err := fmt.Fprintln(w, msg)
+			return err
+		})
+	}
+}

@@ -1,0 +1,142 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/fenceq/fenceq/queue"
+)
+
+func queuesCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:  "queues",
+		Usage: "list, pause or resume queues",
+		Subcommands: []*ucli.Command{
+			{Name: "list", Usage: "list queues with their job counts by state", Action: queuesList},
+			{Name: "pause", Usage: "stop workers claiming from a queue (running jobs continue)", ArgsUsage: "QUEUE",
+				Action: queuesPause(true)},
+			{Name: "resume", Usage: "let workers claim from a paused queue again", ArgsUsage: "QUEUE",
+				Action: queuesPause(false)},
+		},
+	}
+}
+
+func queuesList(c *ucli.Context) error {
+	if err := needArgs(c, 0, 0, ""); err != nil {
+		return err
+	}
+	pool, err := openSchema(c, 2)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	qs, err := queue.ListQueues(c.Context, pool)
+	if err != nil {
+		return err
+	}
+	if qs == nil {
+		qs = []queue.QueueInfo{}
+	}
+	return output(c, qs, func(w io.Writer) error {
+		if len(qs) == 0 {
+			_, err := fmt.Fprintln(w, "no queues")
+			return err
+		}
+		headers := []string{"QUEUE", "PAUSED"}
+		for _, st := range queue.States {
+			headers = append(headers, strings.ToUpper(string(st)))
+		}
+		rows := make([][]string, 0, len(qs))
+		for _, q := range qs {
+			r := []string{q.Name, yesNo(q.Paused)}
+			for _, st := range queue.States {
+				r = append(r, strconv.FormatInt(q.Counts[st], 10))
+			}
+			rows = append(rows, r)
+		}
+		return table(w, headers, rows)
+	})
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+type pauseResult struct {
+	Queue  string `json:"queue"`
+	Paused bool   `json:"paused"`
+}
+
+func queuesPause(paused bool) ucli.ActionFunc {
+	return func(c *ucli.Context) error {
+		if err := needArgs(c, 1, 1, "QUEUE"); err != nil {
+			return err
+		}
+		name := c.Args().First()
+		if err := queue.ValidateQueue(name); err != nil {
+			return usageError{err}
+		}
+		pool, err := openSchema(c, 2)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		if err := queue.SetQueuePaused(c.Context, pool, name, paused); err != nil {
+			return err
+		}
+		return output(c, pauseResult{Queue: name, Paused: paused}, func(w io.Writer) error {
+			verb := "resumed"
+			if paused {
+				verb = "paused: workers claim nothing from it until `fenceq queues resume " + name + "`"
+			}
+			_, err := fmt.Fprintf(w, "queue %s %s\n", name, verb)
+			return err
+		})
+	}
+}
+
+func workersCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:   "workers",
+		Usage:  "list live worker processes, their heartbeats and running jobs",
+		Action: workersList,
+	}
+}
+
+func workersList(c *ucli.Context) error {
+	if err := needArgs(c, 0, 0, ""); err != nil {
+		return err
+	}
+	pool, err := openSchema(c, 2)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	ws, err := queue.ListWorkers(c.Context, pool)
+	if err != nil {
+		return err
+	}
+	if ws == nil {
+		ws = []queue.WorkerInfo{}
+	}
+	return output(c, ws, func(w io.Writer) error {
+		if len(ws) == 0 {
+			_, err := fmt.Fprintln(w, "no live workers")
+			return err
+		}
+		rows := make([][]string, 0, len(ws))
+		for _, wk := range ws {
+			started := wk.StartedAt
+			rows = append(rows, []string{wk.ID, wk.Host, strconv.Itoa(wk.PID), strings.Join(wk.Queues, ","),
+				fmtTime(&started), fmtAge(wk.HeartbeatAge) + " ago", strconv.FormatInt(wk.RunningJobs, 10)})
+		}
+		return table(w, []string{"ID", "HOST", "PID", "QUEUES", "STARTED", "HEARTBEAT", "RUNNING"}, rows)
+	})
+}

@@ -1,0 +1,108 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/fenceq/fenceq/internal/metrics"
+	"github.com/fenceq/fenceq/queue"
+)
+
+func statsCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:  "stats",
+		Usage: "jobs per queue and state, lease events in the last hour, outbox backlog, workers",
+		Flags: []ucli.Flag{
+			&ucli.DurationFlag{Name: "window", Value: time.Hour, Usage: "count lease events over this window"},
+		},
+		Action: stats,
+	}
+}
+
+type statsReport struct {
+	Queues      []queue.QueueInfo              `json:"queues"`
+	Window      string                         `json:"lease_event_window"`
+	LeaseEvents map[queue.LeaseEventKind]int64 `json:"lease_events"`
+	Workers     int                            `json:"workers"`
+	Snapshot    *metrics.Snapshot              `json:"database"`
+}
+
+func stats(c *ucli.Context) error {
+	if err := needArgs(c, 0, 0, ""); err != nil {
+		return err
+	}
+	pool, err := openSchema(c, 2)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	ctx := c.Context
+	rep := statsReport{Window: c.Duration("window").String()}
+	if rep.Queues, err = queue.ListQueues(ctx, pool); err != nil {
+		return err
+	}
+	if rep.Queues == nil {
+		rep.Queues = []queue.QueueInfo{}
+	}
+	if rep.LeaseEvents, err = queue.CountLeaseEvents(ctx, pool, c.Duration("window")); err != nil {
+		return err
+	}
+	ws, err := queue.ListWorkers(ctx, pool)
+	if err != nil {
+		return err
+	}
+	rep.Workers = len(ws)
+	if rep.Snapshot, err = metrics.TakeSnapshot(ctx, pool); err != nil {
+		return err
+	}
+	return output(c, rep, func(w io.Writer) error {
+		headers := []string{"QUEUE"}
+		for _, st := range queue.States {
+			headers = append(headers, strings.ToUpper(string(st)))
+		}
+		total := map[queue.State]int64{}
+		rows := make([][]string, 0, len(rep.Queues)+1)
+		for _, q := range rep.Queues {
+			name := q.Name
+			if q.Paused {
+				name += " (paused)"
+			}
+			r := []string{name}
+			for _, st := range queue.States {
+				r = append(r, strconv.FormatInt(q.Counts[st], 10))
+				total[st] += q.Counts[st]
+			}
+			rows = append(rows, r)
+		}
+		r := []string{"total"}
+		for _, st := range queue.States {
+			r = append(r, strconv.FormatInt(total[st], 10))
+		}
+		rows = append(rows, r)
+		if err := table(w, headers, rows); err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "\nlease events in the last %s:\n", fmtAge(c.Duration("window")))
+		er := make([][]string, 0, len(queue.LeaseEventKinds))
+		for _, k := range queue.LeaseEventKinds {
+			er = append(er, []string{string(k), strconv.FormatInt(rep.LeaseEvents[k], 10)})
+		}
+		if err := table(w, []string{"EVENT", "COUNT"}, er); err != nil {
+			return err
+		}
+		fmt.Fprintln(w)
+		s := rep.Snapshot
+		kv := [][2]string{{"live workers", strconv.Itoa(rep.Workers)}}
+		if s.OutboxPresent {
+			kv = append(kv, [2]string{"outbox pending", fmt.Sprintf("%d (oldest %s)", s.OutboxPending, fmtAge(s.OutboxOldestPendingAge))})
+		}
+		kv = append(kv, [2]string{"oldest open transaction", fmtAge(s.OldestTransactionAge)},
+			[2]string{"idle in transaction", strconv.FormatInt(s.IdleInTransaction, 10)})
+		return keyValues(w, kv)
+	})
+}

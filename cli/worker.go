@@ -1,0 +1,144 @@
+package cli
+
+import (
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/fenceq/fenceq"
+	"github.com/fenceq/fenceq/internal/metrics"
+	"github.com/fenceq/fenceq/queue"
+)
+
+func workerCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:  "worker",
+		Usage: "run a worker process for the built-in kinds until SIGINT or SIGTERM",
+		Description: "Runs the built-in kinds: " + strings.Join(kindNames(), ", ") + ".\n" +
+			"On SIGINT or SIGTERM it stops claiming, lets running jobs finish for --shutdown-timeout,\n" +
+			"then cancels the rest and gives their leases back (fenced), and deregisters.",
+		Flags: append([]ucli.Flag{
+			&ucli.StringFlag{Name: "queues", Usage: "comma-separated queues to serve (default: " +
+				strings.Join(builtinQueues(), ",") + ")"},
+			&ucli.IntFlag{Name: "concurrency", Value: 10, Usage: "jobs run at once per queue"},
+			&ucli.DurationFlag{Name: "lease", Value: 60 * time.Second, Usage: "lease duration without a heartbeat"},
+			&ucli.DurationFlag{Name: "heartbeat", Usage: "lease renewal interval (default lease/3)"},
+			&ucli.DurationFlag{Name: "reaper", Value: 5 * time.Second, Usage: "how often expired leases are revoked"},
+			&ucli.DurationFlag{Name: "poll", Value: time.Second, Usage: "how often queues are polled without a wake-up"},
+			&ucli.StringFlag{Name: "metrics-addr", Usage: "serve Prometheus /metrics and /healthz here, e.g. :9090"},
+			&ucli.DurationFlag{Name: "shutdown-timeout", Value: 30 * time.Second, Usage: "how long running jobs may finish on shutdown"},
+			&ucli.StringFlag{Name: "id", Usage: "worker id (default host-pid-random)"},
+			&ucli.IntFlag{Name: "max-conns", Value: 10, Usage: "database connections of this process"},
+		}, append(businessFlags(), logFlags()...)...),
+		Action: workerAction,
+	}
+}
+
+func workerAction(c *ucli.Context) error {
+	if err := needArgs(c, 0, 0, "[flags]"); err != nil {
+		return err
+	}
+	log, err := newLogger(c)
+	if err != nil {
+		return err
+	}
+	queues := builtinQueues()
+	if s := strings.TrimSpace(c.String("queues")); s != "" {
+		queues = nil
+		for _, q := range strings.Split(s, ",") {
+			q = strings.TrimSpace(q)
+			if err := queue.ValidateQueue(q); err != nil {
+				return usageError{fmt.Errorf("--queues: %w", err)}
+			}
+			if !slices.Contains(queues, q) {
+				queues = append(queues, q)
+			}
+		}
+	}
+	if c.Int("concurrency") < 1 {
+		return usageError{fmt.Errorf("invalid --concurrency %d: must be at least 1", c.Int("concurrency"))}
+	}
+	if c.Int("max-conns") < 2 {
+		return usageError{fmt.Errorf("invalid --max-conns %d: must be at least 2", c.Int("max-conns"))}
+	}
+	pool, err := openSchema(c, int32(c.Int("max-conns")))
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+
+	m := metrics.New()
+	if err := m.Register(metrics.NewDBCollector(pool, 5*time.Second, log)); err != nil {
+		return fmt.Errorf("register database metrics: %w", err)
+	}
+	hs := fenceq.NewHandlers()
+	cleanup, err := registerBuiltins(c, hs, builtinDeps{Pool: pool, Logger: log, Metrics: m})
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+
+	qcfg := make(map[string]fenceq.QueueConfig, len(queues))
+	for _, q := range queues {
+		qcfg[q] = fenceq.QueueConfig{MaxWorkers: c.Int("concurrency")}
+	}
+	w, err := fenceq.NewWorker(pool, fenceq.Config{
+		Handlers: hs, Queues: qcfg, ID: c.String("id"),
+		LeaseDuration: c.Duration("lease"), HeartbeatInterval: c.Duration("heartbeat"),
+		ReaperInterval: c.Duration("reaper"), PollInterval: c.Duration("poll"),
+		Logger: log, Observer: m,
+	})
+	if err != nil {
+		return usageError{err}
+	}
+	var srv *httpServer
+	if addr := c.String("metrics-addr"); addr != "" {
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", m.Handler())
+		mux.Handle("GET /healthz", healthzHandler(pool))
+		if srv, err = startHTTP(addr, mux, log, "metrics"); err != nil {
+			return err
+		}
+	}
+	go func() {
+		<-c.Context.Done()
+		log.Info("shutting down: no new claims; running jobs get --shutdown-timeout to finish (signal again to force)",
+			"shutdown_timeout", c.Duration("shutdown-timeout"))
+	}()
+	runErr := w.Run(c.Context, c.Duration("shutdown-timeout"))
+	if err := srv.Stop(5 * time.Second); err != nil {
+		log.Warn("stop metrics server", "err", err)
+	}
+	if runErr != nil {
+		return runErr
+	}
+	log.Info("worker shut down gracefully")
+	return nil
+}
+
+// healthzHandler answers 200 when the database answers, 503 otherwise.
+func healthzHandler(pool *pgxpool.Pool) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := contextWithTimeout(r, 2*time.Second)
+		defer cancel()
+		if err := pool.Ping(ctx); err != nil {
+			http.Error(w, "database unreachable", http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write([]byte("ok\n"))
+	})
+}
+
+// builtinDeps are what the built-in kinds need.
+type builtinDeps struct {
+	Pool    *pgxpool.Pool
+	Logger  *slog.Logger
+	Metrics *metrics.Metrics
+}

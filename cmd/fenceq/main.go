@@ -1,0 +1,23 @@
+// Command fenceq administers fenceq, runs its worker and its demo. See `fenceq --help`.
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/fenceq/fenceq/cli"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		// After the first signal starts a graceful shutdown, a second one kills at once.
+		<-ctx.Done()
+		stop()
+	}()
+	code := cli.Run(ctx, os.Args, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}

@@ -1,0 +1,89 @@
+// Package diag holds two diagnostic job kinds for operators: noop, which completes at
+// once, and sleep, which holds its lease for a while (respecting cancellation). They
+// prove a deployment works end to end (`fenceq enqueue noop`) and let an operator watch
+// heartbeats, leases and shutdowns (`fenceq enqueue sleep --args '{"duration":"30s"}'`).
+package diag
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/fenceq/fenceq"
+)
+
+// Kinds.
+const (
+	NoopKind  = "noop"
+	SleepKind = "sleep"
+)
+
+// MaxSleep bounds a sleep job's duration.
+const MaxSleep = 24 * time.Hour
+
+// NoopArgs are the args of a noop job: none.
+type NoopArgs struct{}
+
+// Kind implements fenceq.JobArgs.
+func (NoopArgs) Kind() string { return NoopKind }
+
+// SleepArgs are the args of a sleep job: {"duration": "5s"}.
+type SleepArgs struct {
+	// Duration is how long the job sleeps, in Go duration syntax ("5s", "1m30s").
+	Duration Duration `json:"duration"`
+}
+
+// Kind implements fenceq.JobArgs.
+func (SleepArgs) Kind() string { return SleepKind }
+
+// Duration is a time.Duration that reads and writes JSON as a Go duration string.
+type Duration time.Duration
+
+// MarshalJSON implements json.Marshaler.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("duration: want a string such as \"5s\", got %s", b)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("duration: %w", err)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// ValidateSleep checks the args of a sleep job before it is enqueued.
+func ValidateSleep(raw []byte) error {
+	var a SleepArgs
+	if err := json.Unmarshal(raw, &a); err != nil {
+		return fmt.Errorf("sleep args: %w", err)
+	}
+	if d := time.Duration(a.Duration); d < 0 || d > MaxSleep {
+		return fmt.Errorf("sleep args: duration %s must be between 0 and %s", d, MaxSleep)
+	}
+	return nil
+}
+
+// Register adds the noop and sleep handlers.
+func Register(hs *fenceq.Handlers) {
+	fenceq.AddHandler(hs, func(context.Context, *fenceq.Job[NoopArgs]) error { return nil })
+	fenceq.AddHandler(hs, func(ctx context.Context, job *fenceq.Job[SleepArgs]) error {
+		d := time.Duration(job.Args.Duration)
+		if d < 0 || d > MaxSleep {
+			return fenceq.JobDiscard(fmt.Errorf("sleep duration %s must be between 0 and %s", d, MaxSleep))
+		}
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			return nil
+		case <-ctx.Done():
+			return fmt.Errorf("sleep interrupted after less than %s: %w", d, context.Cause(ctx))
+		}
+	})
+}
