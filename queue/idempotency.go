@@ -108,8 +108,9 @@ type ClaimResult struct {
 	// FinishIdempotencyKey before COMMIT (or in a later transaction). When false, the
 	// key is finished with the same request hash: replay Record's response.
 	Owned bool
-	// Waited is true when another owner held the key, uncommitted, as the claim arrived:
-	// the claim waited for that owner's transaction to end.
+	// Waited is true when another owner held the key, uncommitted, as the claim arrived
+	// and committed while the claim waited for it. (A claim whose wait ended in the other
+	// owner's rollback owns the key and cannot tell that it waited.)
 	Waited bool
 	// TookOver is true when the key existed but had expired, and was claimed anew.
 	TookOver bool
