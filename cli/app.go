@@ -36,6 +36,8 @@ func commands() []*ucli.Command {
 		jobsCommand(),
 		queuesCommand(),
 		workersCommand(),
+		outboxCommand(),
+		serveCommand(),
 		statsCommand(),
 		verifyCommand(),
 		healthCommand(),

@@ -1,14 +1,34 @@
 package cli
 
 import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"log/slog"
 	"maps"
+	"net/url"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
+	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/fenceq/fenceq"
+	"github.com/fenceq/fenceq/internal/metrics"
 	"github.com/fenceq/fenceq/jobs/diag"
+	"github.com/fenceq/fenceq/jobs/email"
+	"github.com/fenceq/fenceq/jobs/order"
 	"github.com/fenceq/fenceq/queue"
+)
+
+// The metrics are what the business packages count into.
+var (
+	_ fenceq.Observer = (*metrics.Metrics)(nil)
+	_ order.Metrics   = (*metrics.IdempotencyMetrics)(nil)
+	_ email.Metrics   = (*metrics.OutboxMetrics)(nil)
 )
 
 // kindInfo describes a built-in kind for enqueue and worker.
@@ -23,7 +43,8 @@ func builtinKinds() map[string]kindInfo {
 	return map[string]kindInfo{
 		diag.NoopKind:           {queue: queue.DefaultQueue, desc: "completes at once"},
 		diag.SleepKind:          {queue: queue.DefaultQueue, desc: `sleeps, e.g. {"duration": "5s"}`, validate: diag.ValidateSleep},
-		queue.OutboxDeliverKind: {queue: queue.OutboxQueue, desc: "delivers one outbox row (email)"},
+		queue.OutboxDeliverKind: {queue: queue.OutboxQueue, desc: "delivers one outbox row (email)", validate: validateDeliver},
+		order.PlaceKind:         {queue: queue.DefaultQueue, desc: "places an order once per idempotency key", validate: validatePlace},
 	}
 }
 
@@ -41,12 +62,132 @@ func builtinQueues() []string {
 // periodicKinds reschedule themselves and so never all finish.
 func periodicKinds() []string { return []string{} }
 
-// businessFlags configure the built-in business kinds in worker, serve and billing.
-func businessFlags() []ucli.Flag { return nil }
+func decodeStrict(raw []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	return dec.Decode(v)
+}
+
+func validatePlace(raw []byte) error {
+	var a order.PlaceArgs
+	if err := decodeStrict(raw, &a); err != nil {
+		return err
+	}
+	if a.IdempotencyKey == "" {
+		return fmt.Errorf("idempotency_key is required")
+	}
+	return a.Request.Validate()
+}
+
+func validateDeliver(raw []byte) error {
+	var a email.DeliverArgs
+	if err := decodeStrict(raw, &a); err != nil {
+		return err
+	}
+	if a.OutboxID <= 0 {
+		return fmt.Errorf("outbox_id must be a positive outbox row id")
+	}
+	return nil
+}
+
+// businessFlags configure the built-in business kinds in worker and serve.
+func businessFlags() []ucli.Flag {
+	return []ucli.Flag{
+		&ucli.StringFlag{Name: "mailer", Usage: "where emails go: file:PATH (JSON lines; file:- for stdout) or " +
+			"smtp://[USER:PASSWORD@]HOST:PORT?from=ADDR[&starttls=off|opportunistic|required] " +
+			"(default file:" + defaultMailPath() + ")"},
+		&ucli.DurationFlag{Name: "order-key-ttl", Value: order.DefaultKeyTTL, Usage: "how long an order's idempotency key is remembered"},
+	}
+}
+
+func defaultMailPath() string { return filepath.Join(os.TempDir(), "fenceq-mail.jsonl") }
+
+// builtinDeps are what the built-in kinds need.
+type builtinDeps struct {
+	Pool    *pgxpool.Pool
+	Logger  *slog.Logger
+	Metrics *metrics.Metrics
+	// Mailer overrides the --mailer flag (the demo's file mailer).
+	Mailer email.Mailer
+}
+
+// newOrderService builds the order service from the command's flags.
+func newOrderService(c *ucli.Context, d builtinDeps) (*order.Service, error) {
+	svc, err := order.NewService(order.Config{Pool: d.Pool, KeyTTL: c.Duration("order-key-ttl"),
+		Metrics: d.Metrics.Idempotency(), Logger: d.Logger})
+	if err != nil {
+		return nil, usageError{fmt.Errorf("order service: %w", err)}
+	}
+	return svc, nil
+}
+
+// parseMailer builds the mailer named by --mailer. The returned func closes it.
+func parseMailer(spec string, log *slog.Logger) (email.Mailer, func(), error) {
+	if spec == "" {
+		spec = "file:" + defaultMailPath()
+	}
+	switch {
+	case strings.HasPrefix(spec, "file:"):
+		path := strings.TrimPrefix(spec, "file:")
+		if path == "" {
+			return nil, nil, usageError{fmt.Errorf("invalid --mailer %q: file: needs a path", spec)}
+		}
+		fm, err := email.NewFileMailer(path)
+		if err != nil {
+			return nil, nil, fmt.Errorf("open mail file: %w", err)
+		}
+		log.Info("emails are written as JSON lines", "path", path)
+		return fm, func() { _ = fm.Close() }, nil
+	case strings.HasPrefix(spec, "smtp://"):
+		u, err := url.Parse(spec)
+		if err != nil {
+			return nil, nil, usageError{fmt.Errorf("invalid --mailer %s: %v", RedactURL(spec), err)}
+		}
+		cfg := email.SMTPConfig{Addr: u.Host, From: u.Query().Get("from"), Timeout: 30 * time.Second}
+		if u.User != nil {
+			cfg.Username = u.User.Username()
+			cfg.Password, _ = u.User.Password()
+		}
+		if s := u.Query().Get("starttls"); s != "" {
+			if cfg.StartTLS, err = email.ParseStartTLSMode(s); err != nil {
+				return nil, nil, usageError{fmt.Errorf("invalid --mailer %s: %v", RedactURL(spec), err)}
+			}
+		}
+		sm, err := email.NewSMTPMailer(cfg)
+		if err != nil {
+			return nil, nil, usageError{fmt.Errorf("invalid --mailer %s: %v", RedactURL(spec), err)}
+		}
+		log.Info("emails are sent over SMTP", "addr", cfg.Addr)
+		return sm, func() {}, nil
+	}
+	return nil, nil, usageError{fmt.Errorf("invalid --mailer %q: want file:PATH or smtp://HOST:PORT?from=ADDR", spec)}
+}
 
 // registerBuiltins adds every built-in kind's handler. The returned func releases what
-// the handlers hold (a mailer's file, …).
+// the handlers hold (the mail file).
 func registerBuiltins(c *ucli.Context, hs *fenceq.Handlers, d builtinDeps) (func(), error) {
 	diag.Register(hs)
-	return func() {}, nil
+	cleanup := func() {}
+	mailer := d.Mailer
+	if mailer == nil {
+		var err error
+		if mailer, cleanup, err = parseMailer(c.String("mailer"), d.Logger); err != nil {
+			return nil, err
+		}
+	}
+	if err := email.Register(hs, email.RelayConfig{Pool: d.Pool, Mailer: mailer, Logger: d.Logger,
+		Metrics: d.Metrics.Outbox()}); err != nil {
+		cleanup()
+		return nil, fmt.Errorf("register the outbox relay: %w", err)
+	}
+	svc, err := newOrderService(c, d)
+	if err != nil {
+		cleanup()
+		return nil, err
+	}
+	if err := order.Register(hs, svc); err != nil {
+		cleanup()
+		return nil, fmt.Errorf("register %s: %w", order.PlaceKind, err)
+	}
+	return cleanup, nil
 }

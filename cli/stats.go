@@ -29,6 +29,7 @@ type statsReport struct {
 	Window      string                         `json:"lease_event_window"`
 	LeaseEvents map[queue.LeaseEventKind]int64 `json:"lease_events"`
 	Workers     int                            `json:"workers"`
+	Outbox      *queue.OutboxBacklog           `json:"outbox"`
 	Snapshot    *metrics.Snapshot              `json:"database"`
 }
 
@@ -60,6 +61,11 @@ func stats(c *ucli.Context) error {
 	if rep.Snapshot, err = metrics.TakeSnapshot(ctx, pool); err != nil {
 		return err
 	}
+	ob, err := queue.OutboxStats(ctx, pool)
+	if err != nil {
+		return err
+	}
+	rep.Outbox = &ob
 	return output(c, rep, func(w io.Writer) error {
 		headers := []string{"QUEUE"}
 		for _, st := range queue.States {
@@ -98,9 +104,9 @@ func stats(c *ucli.Context) error {
 		fmt.Fprintln(w)
 		s := rep.Snapshot
 		kv := [][2]string{{"live workers", strconv.Itoa(rep.Workers)}}
-		if s.OutboxPresent {
-			kv = append(kv, [2]string{"outbox pending", fmt.Sprintf("%d (oldest %s)", s.OutboxPending, fmtAge(s.OutboxOldestPendingAge))})
-		}
+		kv = append(kv, [2]string{"outbox pending", fmt.Sprintf("%d (oldest created %s ago)", s.OutboxPending, fmtAge(s.OutboxOldestPendingAge))},
+			[2]string{"outbox failed", strconv.FormatInt(rep.Outbox.Failed, 10)},
+			[2]string{"outbox orphaned", strconv.FormatInt(rep.Outbox.Orphaned, 10)})
 		kv = append(kv, [2]string{"oldest open transaction", fmtAge(s.OldestTransactionAge)},
 			[2]string{"idle in transaction", strconv.FormatInt(s.IdleInTransaction, 10)})
 		return keyValues(w, kv)

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"fmt"
-	"log/slog"
 	"net/http"
 	"slices"
 	"strings"
@@ -134,11 +133,4 @@ func healthzHandler(pool *pgxpool.Pool) http.Handler {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("ok\n"))
 	})
-}
-
-// builtinDeps are what the built-in kinds need.
-type builtinDeps struct {
-	Pool    *pgxpool.Pool
-	Logger  *slog.Logger
-	Metrics *metrics.Metrics
 }

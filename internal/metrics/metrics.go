@@ -1,7 +1,8 @@
 // Package metrics exposes fenceq's mechanism to Prometheus: a fenceq.Observer that
 // counts what workers see (claims, outcomes, revocations, stale writes, leases that
 // expired while their holder lived, heartbeat failures), counters for idempotency
-// replays and conflicts and outbox deliveries, and a collector that reads the database
+// replays and conflicts (the method set of jobs/order.Metrics) and outbox deliveries
+// (the method set of jobs/email.Metrics), and a collector that reads the database
 // at scrape time (queue depth, outbox backlog and its oldest age, the oldest open
 // transaction).
 //
@@ -38,7 +39,9 @@ type Metrics struct {
 	heartbeatFailures  prometheus.Counter
 	idemReplays        *prometheus.CounterVec
 	idemConflicts      *prometheus.CounterVec
+	ordersCreated      prometheus.Counter
 	outboxDelivered    *prometheus.CounterVec
+	outboxRetried      *prometheus.CounterVec
 	outboxFailed       *prometheus.CounterVec
 }
 
@@ -96,13 +99,21 @@ func New() *Metrics {
 		Name: "fenceq_outbox_delivered_total",
 		Help: "Outbox rows delivered by this process, by topic.",
 	}, []string{"topic"})
-	m.outboxFailed = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "fenceq_outbox_delivery_failures_total",
-		Help: "Failed outbox delivery attempts in this process, by topic.",
+	m.outboxRetried = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fenceq_outbox_delivery_retries_total",
+		Help: "Outbox delivery attempts in this process that failed transiently and will be retried, by topic.",
 	}, []string{"topic"})
+	m.outboxFailed = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fenceq_outbox_failed_total",
+		Help: "Outbox rows this process marked failed (permanent rejection or last attempt), by topic.",
+	}, []string{"topic"})
+	m.ordersCreated = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "fenceq_orders_created_total",
+		Help: "Orders placed (committed) by this process.",
+	})
 	m.reg.MustRegister(m.jobsClaimed, m.jobsFinished, m.jobDuration, m.leaseRevocations,
 		m.staleWrites, m.expiredHolderAlive, m.leasesLost, m.heartbeatFailures,
-		m.idemReplays, m.idemConflicts, m.outboxDelivered, m.outboxFailed,
+		m.idemReplays, m.idemConflicts, m.ordersCreated, m.outboxDelivered, m.outboxRetried, m.outboxFailed,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// Known label values start at 0, so an alert on increase() sees the first event.
 	for _, op := range []string{"commit", "complete", "settle", "release", "with lease"} {
@@ -169,16 +180,43 @@ func (m *Metrics) StaleWriteRejected(op string, _ fenceq.Lease) {
 // HeartbeatFailed implements fenceq.Observer.
 func (m *Metrics) HeartbeatFailed(error) { m.heartbeatFailures.Inc() }
 
-// IdempotencyReplay counts a request answered from a stored idempotency key.
-func (m *Metrics) IdempotencyReplay(scope string) { m.idemReplays.WithLabelValues(scope).Inc() }
+// Idempotency returns the metrics of the idempotency mechanism, with the method set of
+// jobs/order's Metrics interface.
+func (m *Metrics) Idempotency() *IdempotencyMetrics { return &IdempotencyMetrics{m: m} }
 
-// IdempotencyConflict counts an idempotency-key conflict of the given kind.
-func (m *Metrics) IdempotencyConflict(scope, kind string) {
-	m.idemConflicts.WithLabelValues(scope, kind).Inc()
+// Outbox returns the metrics of the outbox relay, with the method set of jobs/email's
+// Metrics interface.
+func (m *Metrics) Outbox() *OutboxMetrics { return &OutboxMetrics{m: m} }
+
+// IdempotencyMetrics counts idempotent placements: fenceq_orders_created_total,
+// fenceq_idempotency_replays_total and fenceq_idempotency_conflicts_total.
+type IdempotencyMetrics struct{ m *Metrics }
+
+// Created counts an order placed by this process.
+func (i *IdempotencyMetrics) Created() { i.m.ordersCreated.Inc() }
+
+// Replay counts a request answered from a stored idempotency key.
+func (i *IdempotencyMetrics) Replay(scope string) { i.m.idemReplays.WithLabelValues(scope).Inc() }
+
+// Conflict counts a key reused with a different request.
+func (i *IdempotencyMetrics) Conflict(scope string) {
+	i.m.idemConflicts.WithLabelValues(scope, "key_reuse").Inc()
 }
 
-// OutboxDelivered counts one delivered outbox row.
-func (m *Metrics) OutboxDelivered(topic string) { m.outboxDelivered.WithLabelValues(topic).Inc() }
+// InflightWait counts a request that found its key held by a request still in flight.
+func (i *IdempotencyMetrics) InflightWait(scope string) {
+	i.m.idemConflicts.WithLabelValues(scope, "in_flight").Inc()
+}
 
-// OutboxDeliveryFailed counts one failed delivery attempt.
-func (m *Metrics) OutboxDeliveryFailed(topic string) { m.outboxFailed.WithLabelValues(topic).Inc() }
+// OutboxMetrics counts outbox deliveries: fenceq_outbox_delivered_total,
+// fenceq_outbox_delivery_retries_total and fenceq_outbox_failed_total.
+type OutboxMetrics struct{ m *Metrics }
+
+// Delivered counts a row sent and marked delivered.
+func (o *OutboxMetrics) Delivered(topic string) { o.m.outboxDelivered.WithLabelValues(topic).Inc() }
+
+// Retried counts a failed attempt that will be tried again.
+func (o *OutboxMetrics) Retried(topic string) { o.m.outboxRetried.WithLabelValues(topic).Inc() }
+
+// Failed counts a row marked failed (permanent rejection or last attempt).
+func (o *OutboxMetrics) Failed(topic string) { o.m.outboxFailed.WithLabelValues(topic).Inc() }
