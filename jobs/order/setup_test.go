@@ -19,6 +19,7 @@ import (
 
 type testBundle struct {
 	db      *dbtest.DB
+	pool    *pgxpool.Pool // the service's pool
 	ctx     context.Context
 	svc     *order.Service
 	srv     *httptest.Server
@@ -57,6 +58,7 @@ func setup(t *testing.T, o bundleOpts) *testBundle {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
+	b.pool = pool
 
 	cfg := o.cfg
 	cfg.Pool, cfg.Metrics, cfg.Logger = pool, b.metrics, quietLogger()

@@ -1,0 +1,172 @@
+package housekeeping_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/fenceq/fenceq"
+	"github.com/fenceq/fenceq/internal/dbtest"
+	"github.com/fenceq/fenceq/jobs/housekeeping"
+	"github.com/fenceq/fenceq/queue"
+)
+
+type testBundle struct {
+	db  *dbtest.DB
+	ctx context.Context
+}
+
+func setup(t *testing.T) *testBundle {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return &testBundle{db: dbtest.New(t, dbtest.Options{MaxConns: 6}), ctx: ctx}
+}
+
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// key claims a key; finished keys get their response, in-flight ones are committed as
+// an owner working in separate transactions leaves them.
+func (b *testBundle) key(t *testing.T, k string, ttl time.Duration, finish bool) {
+	t.Helper()
+	tx, err := b.db.Pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(b.ctx) }()
+	h, _ := queue.HashRequest(k)
+	res, err := queue.ClaimIdempotencyKey(b.ctx, tx, queue.ClaimKeyParams{Scope: "hk", Key: k, RequestHash: h, TTL: ttl})
+	if err != nil || !res.Owned {
+		t.Fatalf("claim %q: %v", k, err)
+	}
+	if finish {
+		if _, err := queue.FinishIdempotencyKey(b.ctx, tx, res.Record, queue.IdemResponse{ResourceID: k}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Commit(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (b *testBundle) keys(t *testing.T, where string) int64 {
+	t.Helper()
+	var n int64
+	if err := b.db.Pool.QueryRow(b.ctx, `SELECT count(*) FROM fenceq_idempotency_keys WHERE `+where).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func (b *testBundle) waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (b *testBundle) allExpired(t *testing.T) bool {
+	return b.keys(t, `expires_at >= now() AND key LIKE 'old-%'`) == 0
+}
+
+func TestCleanupIdempotencyKeys(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, k := range []string{"old-1", "old-2", "old-3", "old-4", "old-5", "old-6", "old-7"} {
+		b.key(t, k, time.Millisecond, true)
+	}
+	b.key(t, "old-inflight", time.Millisecond, false)
+	b.key(t, "fresh", time.Hour, true)
+	b.waitFor(t, "keys to expire", func() bool { return b.allExpired(t) })
+
+	// Bounded: 2 batches of 3 delete 6 of the 7.
+	n, err := housekeeping.CleanupIdempotencyKeys(b.ctx, b.db.Pool, 3, 2)
+	if err != nil || n != 6 {
+		t.Fatalf("bounded cleanup deleted %d (%v), want 6", n, err)
+	}
+	n, err = housekeeping.CleanupIdempotencyKeys(b.ctx, b.db.Pool, 3, 0)
+	if err != nil || n != 1 {
+		t.Fatalf("second cleanup deleted %d (%v), want 1", n, err)
+	}
+	if got := b.keys(t, `true`); got != 2 {
+		t.Fatalf("%d keys left, want the in-flight one and the fresh one", got)
+	}
+	if got := b.keys(t, `key = 'old-inflight' AND state = 'in_flight'`); got != 1 {
+		t.Fatal("the expired in-flight key was deleted")
+	}
+}
+
+func TestHousekeepingJobRecurs(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	hs := fenceq.NewHandlers()
+	if err := housekeeping.Register(hs, housekeeping.Config{}); err == nil {
+		t.Fatal("Register without a pool succeeded")
+	}
+	if err := housekeeping.Register(hs, housekeeping.Config{Pool: b.db.Pool, Interval: 100 * time.Millisecond, BatchSize: 2, Logger: quietLogger()}); err != nil {
+		t.Fatal(err)
+	}
+	first, err := housekeeping.Schedule(b.ctx, b.db.Pool)
+	if err != nil || first.Existing {
+		t.Fatalf("schedule: %+v %v", first, err)
+	}
+	again, err := housekeeping.Schedule(b.ctx, b.db.Pool)
+	if err != nil || !again.Existing || again.Job.ID != first.Job.ID {
+		t.Fatalf("second schedule: %+v %v, want the existing job", again, err)
+	}
+
+	b.key(t, "old-1", time.Millisecond, true)
+	b.key(t, "old-2", time.Millisecond, true)
+	b.key(t, "old-3", time.Millisecond, true)
+	b.key(t, "old-inflight", time.Millisecond, false)
+	b.key(t, "fresh", time.Hour, true)
+	b.waitFor(t, "keys to expire", func() bool { return b.allExpired(t) })
+
+	w, err := fenceq.NewWorker(b.db.Pool, fenceq.Config{Handlers: hs, LeaseDuration: 5 * time.Second,
+		ReaperInterval: 50 * time.Millisecond, PollInterval: 50 * time.Millisecond, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := w.Stop(ctx); err != nil {
+			t.Errorf("stop worker: %v", err)
+		}
+	})
+	b.waitFor(t, "the job to delete the expired finished keys", func() bool {
+		return b.keys(t, `state = 'finished' AND key LIKE 'old-%'`) == 0
+	})
+	// A key that expires later is deleted by a later run of the same job row.
+	b.key(t, "old-4", time.Millisecond, true)
+	b.waitFor(t, "a later run to delete the new expired key", func() bool {
+		return b.keys(t, `key = 'old-4'`) == 0
+	})
+	j, err := queue.GetJob(b.ctx, b.db.Pool, first.Job.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.State.Final() || j.Attempt < 2 || len(j.Errors) != 0 {
+		t.Fatalf("housekeeping job after runs: state %s attempt %d errors %v, want it recurring", j.State, j.Attempt, j.Errors)
+	}
+	if got := b.keys(t, `true`); got != 2 {
+		t.Fatalf("%d keys left, want the in-flight and the fresh key", got)
+	}
+	var jobs int64
+	if err := b.db.Pool.QueryRow(b.ctx, `SELECT count(*) FROM fenceq_jobs WHERE kind = $1`, housekeeping.IdempotencyKind).Scan(&jobs); err != nil || jobs != 1 {
+		t.Fatalf("%d housekeeping jobs (%v), want 1", jobs, err)
+	}
+	if err := housekeeping.Register(hs, housekeeping.Config{Pool: b.db.Pool}); err == nil || errors.Is(err, queue.ErrInvalid) {
+		t.Fatalf("registering the kind twice: %v, want a duplicate-kind error", err)
+	}
+}
