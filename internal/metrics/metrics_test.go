@@ -1,0 +1,184 @@
+package metrics_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fenceq/fenceq"
+	"github.com/fenceq/fenceq/internal/dbtest"
+	"github.com/fenceq/fenceq/internal/metrics"
+	"github.com/fenceq/fenceq/queue"
+)
+
+func scrape(t *testing.T, m *metrics.Metrics) string {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	if rec.Code != 200 {
+		t.Fatalf("GET /metrics: %d %s", rec.Code, rec.Body)
+	}
+	return rec.Body.String()
+}
+
+func wantLines(t *testing.T, body string, lines ...string) {
+	t.Helper()
+	have := map[string]bool{}
+	for _, l := range strings.Split(body, "\n") {
+		have[l] = true
+	}
+	for _, l := range lines {
+		if !have[l] {
+			t.Errorf("exposition lacks %q", l)
+		}
+	}
+}
+
+func TestObserverCounts(t *testing.T) {
+	t.Parallel()
+	m := metrics.New()
+	l := fenceq.Lease{JobID: 1, Gen: 2, Holder: "w1"}
+	m.JobClaimed("billing", "invoice")
+	m.JobClaimed("billing", "invoice")
+	m.JobFinished("billing", "invoice", fenceq.OutcomeCompleted, 1500*time.Millisecond)
+	m.JobFinished("billing", "invoice", fenceq.OutcomeLeaseLost, 3*time.Second)
+	m.LeaseRevoked(queue.Revocation{Lease: l, Queue: "billing", Kind: "invoice", HolderAlive: true})
+	m.LeaseRevoked(queue.Revocation{Lease: l, Queue: "billing", Kind: "invoice"})
+	m.LeaseLost(l, false)
+	m.LeaseLost(l, true)
+	m.StaleWriteRejected("commit", l)
+	m.HeartbeatFailed(errors.New("boom"))
+	im := m.Idempotency()
+	im.Created()
+	im.Replay("orders")
+	im.Replay("orders")
+	im.Conflict("orders")
+	im.InflightWait("orders")
+	om := m.Outbox()
+	om.Delivered("email")
+	om.Retried("email")
+	om.Failed("email")
+
+	wantLines(t, scrape(t, m),
+		`fenceq_jobs_claimed_total{kind="invoice",queue="billing"} 2`,
+		`fenceq_jobs_finished_total{kind="invoice",outcome="completed",queue="billing"} 1`,
+		`fenceq_jobs_finished_total{kind="invoice",outcome="lease_lost",queue="billing"} 1`,
+		`fenceq_job_duration_seconds_count{kind="invoice",queue="billing"} 2`,
+		`fenceq_job_duration_seconds_sum{kind="invoice",queue="billing"} 4.5`,
+		`fenceq_lease_revocations_total{kind="invoice",queue="billing"} 2`,
+		`fenceq_leases_expired_holder_alive_total{seen_by="reaper"} 1`,
+		`fenceq_leases_expired_holder_alive_total{seen_by="holder"} 1`,
+		`fenceq_leases_lost_total 2`,
+		`fenceq_stale_writes_rejected_total{op="commit"} 1`,
+		`fenceq_stale_writes_rejected_total{op="complete"} 0`,
+		`fenceq_heartbeat_failures_total 1`,
+		`fenceq_orders_created_total 1`,
+		`fenceq_idempotency_replays_total{scope="orders"} 2`,
+		`fenceq_idempotency_conflicts_total{kind="key_reuse",scope="orders"} 1`,
+		`fenceq_idempotency_conflicts_total{kind="in_flight",scope="orders"} 1`,
+		`fenceq_outbox_delivered_total{topic="email"} 1`,
+		`fenceq_outbox_delivery_retries_total{topic="email"} 1`,
+		`fenceq_outbox_failed_total{topic="email"} 1`,
+	)
+}
+
+func TestDBCollector(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	db := dbtest.New(t)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	for i := 0; i < 3; i++ {
+		if _, err := queue.Insert(ctx, db.Pool, queue.InsertParams{Kind: "noop", Queue: "mail"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := queue.Insert(ctx, db.Pool, queue.InsertParams{Kind: "noop", Queue: "mail", RunIn: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if err := queue.SetQueuePaused(ctx, db.Pool, "idle", true); err != nil {
+		t.Fatal(err)
+	}
+	// A pending outbox row written a minute ago.
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := queue.InsertOutbox(ctx, tx, queue.OutboxParams{Topic: "email", DedupeKey: "k:1"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, `UPDATE fenceq_outbox SET created_at = now() - interval '60 seconds'`); err != nil {
+		t.Fatal(err)
+	}
+	// A transaction left open on another connection, idle, for at least 1s.
+	idle := db.NewPool(t, 1)
+	itx, err := idle.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = itx.Rollback(ctx) }()
+	if _, err := itx.Exec(ctx, `SELECT 1`); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1100 * time.Millisecond)
+
+	s, err := metrics.TakeSnapshot(ctx, db.Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Depth["mail"][queue.StateAvailable] != 3 || s.Depth["mail"][queue.StateScheduled] != 1 {
+		t.Errorf("depth of mail: %v, want 3 available and 1 scheduled", s.Depth["mail"])
+	}
+	if st, ok := s.Depth["idle"]; !ok || st[queue.StateAvailable] != 0 {
+		t.Errorf("paused empty queue idle: %v, want present with zeros", st)
+	}
+	if s.OutboxPending != 1 || s.OutboxOldestPendingAge < 59*time.Second {
+		t.Errorf("outbox: %d pending, oldest %s; want 1 and ≥ 59s", s.OutboxPending, s.OutboxOldestPendingAge)
+	}
+	if s.OldestTransactionAge < time.Second || s.IdleInTransaction < 1 {
+		t.Errorf("oldest transaction %s, idle in transaction %d; want ≥ 1s and ≥ 1", s.OldestTransactionAge, s.IdleInTransaction)
+	}
+
+	m := metrics.New()
+	if err := m.Register(metrics.NewDBCollector(db.Pool, 5*time.Second, log)); err != nil {
+		t.Fatal(err)
+	}
+	body := scrape(t, m)
+	wantLines(t, body,
+		`fenceq_db_up 1`,
+		`fenceq_queue_depth{queue="mail",state="available"} 3`,
+		`fenceq_queue_depth{queue="mail",state="scheduled"} 1`,
+		`fenceq_queue_depth{queue="idle",state="running"} 0`,
+		`fenceq_queue_depth{queue="outbox",state="available"} 1`,
+		`fenceq_outbox_pending 1`,
+	)
+	for _, name := range []string{"fenceq_outbox_oldest_pending_age_seconds ", "fenceq_db_oldest_transaction_age_seconds "} {
+		i := strings.Index(body, "\n"+name)
+		if i < 0 {
+			t.Errorf("exposition lacks %s", name)
+			continue
+		}
+		line := strings.SplitN(body[i+1:], "\n", 2)[0]
+		if strings.HasSuffix(line, " 0") {
+			t.Errorf("%s is 0, want the age of the real row/transaction", line)
+		}
+	}
+}
+
+func TestDBCollectorWithoutSchema(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t, dbtest.Options{NoMigrate: true})
+	m := metrics.New()
+	if err := m.Register(metrics.NewDBCollector(db.Pool, time.Second, slog.New(slog.NewTextHandler(io.Discard, nil)))); err != nil {
+		t.Fatal(err)
+	}
+	wantLines(t, scrape(t, m), `fenceq_db_up 0`)
+}
