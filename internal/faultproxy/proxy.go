@@ -1,10 +1,18 @@
 // Package faultproxy is a TCP proxy for tests that sits between clients and PostgreSQL
 // and can cut the connection in ways a real network does: blackhole (bytes vanish, the
-// socket stays open), reset every connection, or refuse new ones.
+// socket stays open), reset every connection, refuse new ones, add latency, and drop
+// the server's reply to COMMIT (the client cannot know whether its transaction landed).
+//
+// The proxy follows the PostgreSQL wire protocol on every connection it can read (not
+// TLS-encrypted ones): it learns each connection's application_name from the startup
+// message and recognises COMMIT sent as a simple query, which is how pgx commits.
+// Every fault it injects is counted, so a test can prove the fault happened before it
+// claims nothing went wrong.
 package faultproxy
 
 import (
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,12 +25,45 @@ type Proxy struct {
 
 	blackhole atomic.Bool
 	refuse    atomic.Bool
-	// Dropped counts bytes discarded while blackholed: proof the fault happened.
+	latency   atomic.Int64 // nanoseconds added before each forwarded chunk
+	// dropped counts bytes discarded while blackholed: proof the fault happened.
 	dropped atomic.Int64
+	resets  atomic.Int64
+	// commitArms is how many upcoming COMMITs get their reply dropped.
+	commitArms atomic.Int64
+	commits    atomic.Int64
+	nextID     atomic.Int64
 
-	mu    sync.Mutex
-	conns map[net.Conn]struct{}
-	wg    sync.WaitGroup
+	mu      sync.Mutex
+	links   map[*link]struct{}
+	drops   []CommitDrop
+	onDrop  func(CommitDrop)
+	wg      sync.WaitGroup
+	closing bool
+}
+
+// ConnInfo describes one proxied connection.
+type ConnInfo struct {
+	// ID is unique within the proxy, in order of acceptance.
+	ID int64
+	// AppName is the application_name of the startup message ("" if unknown).
+	AppName string
+	// Client is the client's address.
+	Client string
+	// Opened is when the proxy accepted the connection.
+	Opened time.Time
+}
+
+// CommitDrop records one COMMIT whose reply the proxy dropped.
+type CommitDrop struct {
+	ConnID  int64
+	AppName string
+	// Tag is the command tag the server answered with and the client never saw:
+	// "COMMIT" means the transaction landed, "ROLLBACK" that it had failed already.
+	Tag string
+	// Bytes is the size of the reply that was dropped.
+	Bytes int
+	At    time.Time
 }
 
 // New listens on 127.0.0.1:0 and forwards to upstream (host:port).
@@ -31,7 +72,7 @@ func New(upstream string) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{upstream: upstream, ln: ln, conns: map[net.Conn]struct{}{}}
+	p := &Proxy{upstream: upstream, ln: ln, links: map[*link]struct{}{}}
 	p.wg.Add(1)
 	go p.accept()
 	return p, nil
@@ -40,47 +81,125 @@ func New(upstream string) (*Proxy, error) {
 // Addr is the proxy's listening address.
 func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 
+// Upstream is the address the proxy forwards to.
+func (p *Proxy) Upstream() string { return p.upstream }
+
 // SetBlackhole makes bytes in both directions vanish (on) or flow again (off). Open
 // connections stay open, so clients see silence, as with a paused peer or a partition.
+// A connection that lost bytes is out of step with the server once they flow again;
+// call ResetAll after switching the blackhole off to model the partition killing it.
 func (p *Proxy) SetBlackhole(on bool) { p.blackhole.Store(on) }
 
 // SetRefuse makes new connections close at once (on) or be accepted (off).
 func (p *Proxy) SetRefuse(on bool) { p.refuse.Store(on) }
 
+// SetLatency delays every chunk forwarded in either direction by d (0 turns it off),
+// so a round trip takes at least 2d longer.
+func (p *Proxy) SetLatency(d time.Duration) {
+	if d < 0 {
+		d = 0
+	}
+	p.latency.Store(int64(d))
+}
+
+// Latency returns the latency set by SetLatency.
+func (p *Proxy) Latency() time.Duration { return time.Duration(p.latency.Load()) }
+
 // Dropped returns how many bytes were discarded while blackholed.
 func (p *Proxy) Dropped() int64 { return p.dropped.Load() }
 
-// ResetAll closes every open connection abruptly.
-func (p *Proxy) ResetAll() int {
+// Resets returns how many connections the proxy has reset (ResetAll, ResetConn and
+// dropped COMMIT replies).
+func (p *Proxy) Resets() int64 { return p.resets.Load() }
+
+// DropCommitReplies arms the proxy to drop the reply to each of the next n COMMITs
+// (simple-protocol queries "commit", on any connection): the COMMIT reaches the server
+// and is executed, the server's answer is read and discarded, and the connection is
+// then reset. The client cannot know whether its transaction committed. n <= 0 disarms.
+func (p *Proxy) DropCommitReplies(n int) {
+	if n < 0 {
+		n = 0
+	}
+	p.commitArms.Store(int64(n))
+}
+
+// PendingCommitDrops returns how many armed drops have not fired yet.
+func (p *Proxy) PendingCommitDrops() int64 { return p.commitArms.Load() }
+
+// CommitsSeen returns how many COMMITs clients sent through the proxy.
+func (p *Proxy) CommitsSeen() int64 { return p.commits.Load() }
+
+// CommitDrops returns every COMMIT whose reply was dropped, oldest first.
+func (p *Proxy) CommitDrops() []CommitDrop {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	n := 0
-	for c := range p.conns {
-		if tc, ok := c.(*net.TCPConn); ok {
-			_ = tc.SetLinger(0)
+	return slices.Clone(p.drops)
+}
+
+// OnCommitDrop sets a function called (on the proxy's goroutine) each time a COMMIT's
+// reply was dropped, just before the connection is reset.
+func (p *Proxy) OnCommitDrop(fn func(CommitDrop)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.onDrop = fn
+}
+
+// Conns returns the open connections, oldest first.
+func (p *Proxy) Conns() []ConnInfo {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]ConnInfo, 0, len(p.links))
+	for l := range p.links {
+		out = append(out, l.info())
+	}
+	slices.SortFunc(out, func(a, b ConnInfo) int { return int(a.ID - b.ID) })
+	return out
+}
+
+// ResetConn resets one connection by its ID and reports whether it was open.
+func (p *Proxy) ResetConn(id int64) bool {
+	p.mu.Lock()
+	var target *link
+	for l := range p.links {
+		if l.id == id {
+			target = l
+			break
 		}
-		_ = c.Close()
-		n++
+	}
+	p.mu.Unlock()
+	if target == nil {
+		return false
+	}
+	return target.reset()
+}
+
+// ResetAll closes every open connection abruptly (TCP RST) and returns how many
+// connections it reset.
+func (p *Proxy) ResetAll() int {
+	p.mu.Lock()
+	links := make([]*link, 0, len(p.links))
+	for l := range p.links {
+		links = append(links, l)
+	}
+	p.mu.Unlock()
+	n := 0
+	for _, l := range links {
+		if l.reset() {
+			n++
+		}
 	}
 	return n
 }
 
 // Close stops the proxy and closes every connection.
 func (p *Proxy) Close() error {
+	p.mu.Lock()
+	p.closing = true
+	p.mu.Unlock()
 	err := p.ln.Close()
 	p.ResetAll()
 	p.wg.Wait()
 	return err
-}
-
-func (p *Proxy) track(c net.Conn, add bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if add {
-		p.conns[c] = struct{}{}
-	} else {
-		delete(p.conns, c)
-	}
 }
 
 func (p *Proxy) accept() {
@@ -99,34 +218,42 @@ func (p *Proxy) accept() {
 			_ = c.Close()
 			continue
 		}
-		p.track(c, true)
-		p.track(up, true)
+		l := &link{p: p, id: p.nextID.Add(1), client: c, server: up, opened: time.Now()}
+		l.fromClient = newFramer(true)
+		l.fromServer = newFramer(false)
+		p.mu.Lock()
+		if p.closing {
+			p.mu.Unlock()
+			_ = c.Close()
+			_ = up.Close()
+			return
+		}
+		p.links[l] = struct{}{}
 		p.wg.Add(2)
-		go p.pipe(c, up)
-		go p.pipe(up, c)
+		p.mu.Unlock()
+		go l.pipe(up, c, true)
+		go l.pipe(c, up, false)
 	}
 }
 
-func (p *Proxy) pipe(dst, src net.Conn) {
-	defer p.wg.Done()
-	defer func() {
-		_ = dst.Close()
-		_ = src.Close()
-		p.track(dst, false)
-		p.track(src, false)
-	}()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 {
-			if p.blackhole.Load() {
-				p.dropped.Add(int64(n))
-			} else if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			return // EOF or a closed connection: tear down both sides
-		}
+func (p *Proxy) forget(l *link) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.links, l)
+}
+
+func (p *Proxy) recordDrop(d CommitDrop) {
+	p.mu.Lock()
+	p.drops = append(p.drops, d)
+	fn := p.onDrop
+	p.mu.Unlock()
+	if fn != nil {
+		fn(d)
+	}
+}
+
+func (p *Proxy) sleepLatency() {
+	if d := time.Duration(p.latency.Load()); d > 0 {
+		time.Sleep(d)
 	}
 }
