@@ -76,10 +76,17 @@ func Heartbeat(ctx context.Context, db DBTX, workerID string, leases []Lease, le
 	for _, id := range renewed {
 		heldSet[id] = true
 	}
+	// A worker can hold two leases of one job: an old one, revoked while its handler
+	// still runs, and the one it claimed afterwards. The rows above name jobs, not
+	// generations; since generations only grow, only the highest one sent can be held.
+	newest := make(map[int64]int64, len(leases))
+	for _, l := range leases {
+		newest[l.JobID] = max(newest[l.JobID], l.Gen)
+	}
 	for _, l := range leases {
 		r, ok := heldSet[l.JobID]
 		switch {
-		case !ok:
+		case !ok || l.Gen < newest[l.JobID]:
 			res.Lost = append(res.Lost, l)
 		case r:
 			res.Renewed = append(res.Renewed, l)
