@@ -121,8 +121,9 @@ func newOrderService(c *ucli.Context, d builtinDeps) (*order.Service, error) {
 	return svc, nil
 }
 
-// parseMailer builds the mailer named by --mailer. The returned func closes it.
-func parseMailer(spec string, log *slog.Logger) (email.Mailer, func(), error) {
+// parseMailer builds the mailer named by --mailer and describes it for the log. The
+// returned func closes it.
+func parseMailer(spec string) (email.Mailer, string, func(), error) {
 	if spec == "" {
 		spec = "file:" + defaultMailPath()
 	}
@@ -130,18 +131,17 @@ func parseMailer(spec string, log *slog.Logger) (email.Mailer, func(), error) {
 	case strings.HasPrefix(spec, "file:"):
 		path := strings.TrimPrefix(spec, "file:")
 		if path == "" {
-			return nil, nil, usageError{fmt.Errorf("invalid --mailer %q: file: needs a path", spec)}
+			return nil, "", nil, usageError{fmt.Errorf("invalid --mailer %q: file: needs a path", spec)}
 		}
 		fm, err := email.NewFileMailer(path)
 		if err != nil {
-			return nil, nil, fmt.Errorf("open mail file: %w", err)
+			return nil, "", nil, fmt.Errorf("open mail file: %w", err)
 		}
-		log.Info("emails are written as JSON lines", "path", path)
-		return fm, func() { _ = fm.Close() }, nil
+		return fm, "emails are written as JSON lines to " + path, func() { _ = fm.Close() }, nil
 	case strings.HasPrefix(spec, "smtp://"):
 		u, err := url.Parse(spec)
 		if err != nil {
-			return nil, nil, usageError{fmt.Errorf("invalid --mailer %s: %v", RedactURL(spec), err)}
+			return nil, "", nil, usageError{fmt.Errorf("invalid --mailer %s: %v", RedactURL(spec), err)}
 		}
 		cfg := email.SMTPConfig{Addr: u.Host, From: u.Query().Get("from"), Timeout: 30 * time.Second}
 		if u.User != nil {
@@ -150,44 +150,43 @@ func parseMailer(spec string, log *slog.Logger) (email.Mailer, func(), error) {
 		}
 		if s := u.Query().Get("starttls"); s != "" {
 			if cfg.StartTLS, err = email.ParseStartTLSMode(s); err != nil {
-				return nil, nil, usageError{fmt.Errorf("invalid --mailer %s: %v", RedactURL(spec), err)}
+				return nil, "", nil, usageError{fmt.Errorf("invalid --mailer %s: %v", RedactURL(spec), err)}
 			}
 		}
 		sm, err := email.NewSMTPMailer(cfg)
 		if err != nil {
-			return nil, nil, usageError{fmt.Errorf("invalid --mailer %s: %v", RedactURL(spec), err)}
+			return nil, "", nil, usageError{fmt.Errorf("invalid --mailer %s: %v", RedactURL(spec), err)}
 		}
-		log.Info("emails are sent over SMTP", "addr", cfg.Addr)
-		return sm, func() {}, nil
+		return sm, "emails are sent over SMTP to " + cfg.Addr, func() {}, nil
 	}
-	return nil, nil, usageError{fmt.Errorf("invalid --mailer %q: want file:PATH or smtp://HOST:PORT?from=ADDR", spec)}
+	return nil, "", nil, usageError{fmt.Errorf("invalid --mailer %q: want file:PATH or smtp://HOST:PORT?from=ADDR", spec)}
 }
 
-// registerBuiltins adds every built-in kind's handler. The returned func releases what
-// the handlers hold (the mail file).
-func registerBuiltins(c *ucli.Context, hs *fenceq.Handlers, d builtinDeps) (func(), error) {
+// registerBuiltins adds every built-in kind's handler. It returns a func releasing what
+// the handlers hold (the mail file) and a line saying where emails go.
+func registerBuiltins(c *ucli.Context, hs *fenceq.Handlers, d builtinDeps) (func(), string, error) {
 	diag.Register(hs)
 	cleanup := func() {}
-	mailer := d.Mailer
+	mailer, desc := d.Mailer, "emails go to the given mailer"
 	if mailer == nil {
 		var err error
-		if mailer, cleanup, err = parseMailer(c.String("mailer"), d.Logger); err != nil {
-			return nil, err
+		if mailer, desc, cleanup, err = parseMailer(c.String("mailer")); err != nil {
+			return nil, "", err
 		}
 	}
 	if err := email.Register(hs, email.RelayConfig{Pool: d.Pool, Mailer: mailer, Logger: d.Logger,
 		Metrics: d.Metrics.Outbox()}); err != nil {
 		cleanup()
-		return nil, fmt.Errorf("register the outbox relay: %w", err)
+		return nil, "", fmt.Errorf("register the outbox relay: %w", err)
 	}
 	svc, err := newOrderService(c, d)
 	if err != nil {
 		cleanup()
-		return nil, err
+		return nil, "", err
 	}
 	if err := order.Register(hs, svc); err != nil {
 		cleanup()
-		return nil, fmt.Errorf("register %s: %w", order.PlaceKind, err)
+		return nil, "", fmt.Errorf("register %s: %w", order.PlaceKind, err)
 	}
-	return cleanup, nil
+	return cleanup, desc, nil
 }

@@ -77,7 +77,7 @@ func workerAction(c *ucli.Context) error {
 		return fmt.Errorf("register database metrics: %w", err)
 	}
 	hs := fenceq.NewHandlers()
-	cleanup, err := registerBuiltins(c, hs, builtinDeps{Pool: pool, Logger: log, Metrics: m})
+	cleanup, mailDesc, err := registerBuiltins(c, hs, builtinDeps{Pool: pool, Logger: log, Metrics: m})
 	if err != nil {
 		return err
 	}
@@ -96,6 +96,7 @@ func workerAction(c *ucli.Context) error {
 	if err != nil {
 		return usageError{err}
 	}
+	log.Info(mailDesc)
 	var srv *httpServer
 	if addr := c.String("metrics-addr"); addr != "" {
 		mux := http.NewServeMux()

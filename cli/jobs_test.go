@@ -1,0 +1,198 @@
+package cli_test
+
+import (
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fenceq/fenceq/queue"
+)
+
+type enqueued struct {
+	Job      queue.JobRow `json:"job"`
+	Existing bool         `json:"existing"`
+}
+
+func (b *testBundle) enqueue(t *testing.T, args ...string) queue.JobRow {
+	t.Helper()
+	var e enqueued
+	b.okJSON(t, &e, append([]string{"enqueue"}, args...)...)
+	return e.Job
+}
+
+func TestEnqueue(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+
+	j := b.enqueue(t, "noop")
+	if j.Kind != "noop" || j.Queue != "default" || j.State != queue.StateAvailable {
+		t.Fatalf("noop job: %+v", j)
+	}
+	// Flags after the positional argument work too, and every option lands in the row.
+	s := b.enqueue(t, "sleep", "--args", `{"duration": "2s"}`, "--queue", "slow", "--priority", "0",
+		"--in", "1h", "--unique-key", "nap", "--max-attempts", "3")
+	if s.Queue != "slow" || s.Priority != 0 || s.State != queue.StateScheduled || s.MaxAttempts != 3 ||
+		s.UniqueKey == nil || *s.UniqueKey != "nap" || time.Until(s.RunAt) < 50*time.Minute {
+		t.Fatalf("sleep job: %+v", s)
+	}
+	var again enqueued
+	b.okJSON(t, &again, "enqueue", "sleep", "--args", `{"duration": "2s"}`, "--unique-key", "nap")
+	if !again.Existing || again.Job.ID != s.ID {
+		t.Fatalf("unique key: %+v, want the existing job %d", again, s.ID)
+	}
+	at := b.enqueue(t, "noop", "--run-at", "2099-01-02T03:04:05Z")
+	if at.State != queue.StateScheduled || at.RunAt.Year() != 2099 {
+		t.Fatalf("--run-at: %+v", at)
+	}
+	if out := b.ok(t, "enqueue", "noop"); !strings.HasPrefix(out, "enqueued job ") {
+		t.Errorf("human output %q", out)
+	}
+	b.enqueue(t, "my.kind", "--allow-unknown-kind")
+}
+
+func TestEnqueueErrors(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	oneErrorLine(t, b.run(t, "enqueue", "nope"), `unknown kind "nope": built-in kinds are`)
+	oneErrorLine(t, b.run(t, "enqueue", "noop", "--args", `{"a":`), "invalid JSON in --args")
+	oneErrorLine(t, b.run(t, "enqueue", "noop", "--args", `[1]`), "args")
+	oneErrorLine(t, b.run(t, "enqueue", "sleep", "--args", `{"duration": "forever"}`), "invalid args for kind sleep")
+	oneErrorLine(t, b.run(t, "enqueue", "noop", "--run-at", "tomorrow"), "invalid --run-at")
+	oneErrorLine(t, b.run(t, "enqueue", "noop", "--priority", "101"), "priority")
+	oneErrorLine(t, b.run(t, "enqueue"), "usage: fenceq enqueue KIND")
+	if n := countJobs(t, b); n != 0 {
+		t.Fatalf("%d jobs written by failed enqueues", n)
+	}
+}
+
+func countJobs(t *testing.T, b *testBundle) int {
+	t.Helper()
+	var n int
+	if err := b.db.Pool.QueryRow(b.ctx, `SELECT count(*) FROM fenceq_jobs`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestJobsListShowRetryCancel(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	a := b.enqueue(t, "noop")
+	s := b.enqueue(t, "sleep", "--args", `{"duration":"1s"}`, "--queue", "slow")
+
+	var all []queue.JobRow
+	b.okJSON(t, &all, "jobs", "list")
+	if len(all) != 2 || all[0].ID != s.ID || all[1].ID != a.ID {
+		t.Fatalf("jobs list: %+v, want [%d %d]", all, s.ID, a.ID)
+	}
+	var filtered []queue.JobRow
+	b.okJSON(t, &filtered, "jobs", "list", "--queue", "slow", "--state", "available", "--kind", "sleep", "--limit", "5")
+	if len(filtered) != 1 || filtered[0].ID != s.ID {
+		t.Fatalf("filtered list: %+v", filtered)
+	}
+	out := b.ok(t, "jobs", "list")
+	if !strings.HasPrefix(out, "ID  KIND") || !strings.Contains(out, "sleep  slow") {
+		t.Errorf("table:\n%s", out)
+	}
+	oneErrorLine(t, b.run(t, "jobs", "list", "--state", "done"), `invalid --state "done"`)
+
+	out = b.ok(t, "jobs", "show", strconv.FormatInt(a.ID, 10))
+	if !strings.Contains(out, "kind:") || !strings.Contains(out, "noop") {
+		t.Errorf("show:\n%s", out)
+	}
+
+	// cancel → cancelled; retry → available again with an attempt left.
+	var res struct{ Before, After queue.JobRow }
+	b.okJSON(t, &res, "jobs", "cancel", strconv.FormatInt(a.ID, 10))
+	if res.After.State != queue.StateCancelled {
+		t.Fatalf("cancel: %+v", res.After)
+	}
+	oneErrorLine(t, b.run(t, "jobs", "cancel", strconv.FormatInt(a.ID, 10)), "cannot cancel job")
+	b.okJSON(t, &res, "jobs", "retry", strconv.FormatInt(a.ID, 10))
+	if res.After.State != queue.StateAvailable || res.After.FinishedAt != nil {
+		t.Fatalf("retry: %+v", res.After)
+	}
+	oneErrorLine(t, b.run(t, "jobs", "retry", strconv.FormatInt(a.ID, 10)),
+		"it is available (use `fenceq jobs requeue")
+
+	for _, op := range []string{"show", "retry", "cancel", "requeue"} {
+		oneErrorLine(t, b.run(t, "jobs", op, "123456"), "job 123456 not found")
+	}
+	oneErrorLine(t, b.run(t, "jobs", "show", "abc"), `invalid job id "abc"`)
+}
+
+// TestJobsRequeueRunning: requeue of a running job revokes its lease by bumping the
+// generation and records a revoked event; the old holder's writes are rejected.
+func TestJobsRequeueRunning(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	j := b.enqueue(t, "noop")
+	claimed, err := queue.Claim(b.ctx, b.db.Pool, queue.ClaimParams{Queue: "default", WorkerID: "w-old",
+		Limit: 1, Lease: time.Minute})
+	if err != nil || len(claimed) != 1 {
+		t.Fatalf("claim: %v %v", claimed, err)
+	}
+	old := claimed[0].Lease()
+
+	out := b.ok(t, "jobs", "requeue", strconv.FormatInt(j.ID, 10))
+	if !strings.Contains(out, "lease of w-old revoked") {
+		t.Errorf("requeue output %q", out)
+	}
+	row, err := queue.GetJob(b.ctx, b.db.Pool, j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if row.State != queue.StateAvailable || row.LeaseGen != old.Gen+1 {
+		t.Fatalf("after requeue: state %s gen %d, want available gen %d", row.State, row.LeaseGen, old.Gen+1)
+	}
+	events, err := queue.ListLeaseEvents(b.ctx, b.db.Pool, j.ID, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(events) != 1 || events[0].Kind != queue.EventRevoked || events[0].LeaseGen != old.Gen {
+		t.Fatalf("lease events: %+v, want one revoked at gen %d", events, old.Gen)
+	}
+	if err := queue.Complete(b.ctx, b.db.Pool, old); !errors.Is(err, queue.ErrLeaseLost) {
+		t.Fatalf("old holder's completion: %v, want ErrLeaseLost", err)
+	}
+	show := b.ok(t, "jobs", "show", strconv.FormatInt(j.ID, 10))
+	if !strings.Contains(show, "lease events:") || !strings.Contains(show, "revoked") {
+		t.Errorf("show lacks the revoked event:\n%s", show)
+	}
+}
+
+func TestUsageAndConnectionErrors(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	r := runCLI(ctx, "jobs", "list", "--database-url", "postgres://u:secret@127.0.0.1:1/x")
+	oneErrorLine(t, r, "cannot connect to postgres://u:xxxxx@127.0.0.1:1/x")
+	if strings.Contains(r.stderr, "secret") || !strings.Contains(r.stderr, "hint: set --database-url or DATABASE_URL") {
+		t.Fatalf("stderr %q leaks the password or lacks the hint", r.stderr)
+	}
+	r = runCLI(ctx, "stats", "--database-url", "host=127.0.0.1 port=1 user=u password=secret")
+	oneErrorLine(t, r, "password=xxxxx")
+	if strings.Contains(r.stderr, "secret") {
+		t.Fatalf("stderr %q leaks the password", r.stderr)
+	}
+
+	r = runCLI(ctx, "bogus")
+	oneErrorLine(t, r, `unknown command "bogus"`)
+	if r.code != 2 {
+		t.Errorf("unknown command: exit %d, want 2", r.code)
+	}
+	r = runCLI(ctx, "jobs", "list", "--nope")
+	oneErrorLine(t, r, "flag provided but not defined")
+	if r.code != 2 {
+		t.Errorf("unknown flag: exit %d, want 2", r.code)
+	}
+	r = runCLI(ctx, "--help")
+	if r.code != 0 || !strings.Contains(r.stdout, "DATABASE_URL") || !strings.Contains(r.stdout, "demo") {
+		t.Errorf("--help: exit %d\n%s", r.code, r.stdout)
+	}
+	r = runCLI(ctx, "jobs", "list", "--help")
+	if r.code != 0 || !strings.Contains(r.stdout, "127.0.0.1:5432") {
+		t.Errorf("jobs list --help does not name the default database:\n%s", r.stdout)
+	}
+}
