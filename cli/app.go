@@ -75,7 +75,28 @@ func NewApp(stdout, stderr io.Writer) *ucli.App {
 	for _, c := range app.Commands {
 		setUsageErrors(c)
 	}
+	ownHelpFlags(app)
 	return app
+}
+
+// ownHelpFlags gives the app and every command a --help flag of their own instead of
+// urfave/cli's global HelpFlag, whose Apply writes to the one shared value: two apps
+// running at once (tests run fenceq in-process, in parallel) would race on it.
+func ownHelpFlags(app *ucli.App) {
+	help := func() ucli.Flag {
+		return &ucli.BoolFlag{Name: "help", Aliases: []string{"h"}, Usage: "show help", DisableDefaultText: true}
+	}
+	app.HideHelp = true
+	app.Flags = append(app.Flags, help())
+	var walk func(cmds []*ucli.Command)
+	walk = func(cmds []*ucli.Command) {
+		for _, c := range cmds {
+			c.HideHelp = true
+			c.Flags = append(c.Flags, help())
+			walk(c.Subcommands)
+		}
+	}
+	walk(app.Commands)
 }
 
 // Run runs fenceq with args (args[0] is the program name) and returns the exit status.

@@ -33,7 +33,7 @@ func addCommonFlags(cmds []*ucli.Command) {
 		c.Flags = append(c.Flags,
 			&ucli.StringFlag{Name: flagDatabaseURL, EnvVars: []string{"DATABASE_URL"}, Value: DefaultDatabaseURL,
 				Usage: "PostgreSQL connection URL; add ?search_path=SCHEMA to use a schema other than public"},
-			&ucli.BoolFlag{Name: flagJSON, Usage: "print machine-readable JSON instead of tables"},
+			&ucli.BoolFlag{Name: flagJSON, Usage: "print machine-readable JSON instead of tables", DisableDefaultText: true},
 		)
 	}
 }
