@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fenceq/fenceq"
 	"github.com/fenceq/fenceq/jobs/invoice"
 	"github.com/fenceq/fenceq/queue"
 )
@@ -100,5 +101,36 @@ func TestBillingRunIsIdempotentAcrossRunsAndProcesses(t *testing.T) {
 	// Another period is a separate run.
 	if n, err := invoice.RunBilling(b.ctx, b.db.Pool, "2025-02"); err != nil || n != customers {
 		t.Fatalf("run for the next period enqueued %d (%v), want %d", n, err, customers)
+	}
+}
+
+func TestRegisterAndEnqueue(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	hs := fenceq.NewHandlers()
+	tax := newTax(t, invoice.SimulatedTaxConfig{})
+	for name, cfg := range map[string]invoice.Config{
+		"NoPool":  {Tax: tax},
+		"NoTax":   {Pool: b.db.Pool},
+		"BadFrom": {Pool: b.db.Pool, Tax: tax, From: "not an address"},
+	} {
+		if err := invoice.Register(hs, cfg); err == nil {
+			t.Errorf("%s: config accepted", name)
+		}
+	}
+	if err := invoice.Register(hs, invoice.Config{Pool: b.db.Pool, Tax: tax, From: "Billing <billing@example.com>"}); err != nil {
+		t.Fatal(err)
+	}
+	// Enqueueing the same customer and period twice, through either door, gives one job.
+	first, err := invoice.Enqueue(b.ctx, b.db.Pool, invoice.Args{CustomerID: 7, Period: period})
+	if err != nil || first.Existing {
+		t.Fatalf("first enqueue: %+v %v", first, err)
+	}
+	second, err := fenceq.Enqueue(b.ctx, b.db.Pool, invoice.Args{CustomerID: 7, Period: period}, nil)
+	if err != nil || !second.Existing || second.Job.ID != first.Job.ID || second.Job.Queue != invoice.Queue {
+		t.Fatalf("second enqueue: %+v %v", second, err)
+	}
+	if key := first.Job.UniqueKey; key == nil || *key != invoice.UniqueKey(7, period) || *key != "invoice:7:2025-01" {
+		t.Fatalf("unique key %v", key)
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/mail"
 	"strconv"
 	"strings"
 	"time"
@@ -166,9 +167,8 @@ func newHandler(cfg Config) (*handler, error) {
 		cfg.CommitTimeout = 10 * time.Second
 	}
 	if cfg.From != "" {
-		m := email.Message{From: cfg.From, To: []string{"check@example.com"}}
-		if err := m.Validate(); err != nil {
-			return nil, fmt.Errorf("invoice handler: From: %w", err)
+		if _, err := mail.ParseAddress(cfg.From); err != nil {
+			return nil, fmt.Errorf("invoice handler: From %q: %w", cfg.From, err)
 		}
 	}
 	return &handler{cfg: cfg, log: cfg.Logger.With("component", "invoice")}, nil

@@ -201,7 +201,7 @@ func TestEightWorkersTwoHundredCustomersWithPausesAndSlowTax(t *testing.T) {
 		p := &pauser{b: b, t: t, worker: id, cut: cut, active: &active, lease: lease, rng: rand.New(rand.NewPCG(uint64(i), 42))}
 		tax := newTax(t, invoice.SimulatedTaxConfig{
 			MinLatency: 20 * time.Millisecond, MaxLatency: 150 * time.Millisecond,
-			TailProbability: 0.06, TailMin: 2 * lease, TailMax: 3 * lease,
+			TailProbability: 0.06, TailMin: 2 * lease, TailMax: 5 * lease,
 			ErrorRate: 0.03, Seed: uint64(100 + i), Hook: p.hook(&forced),
 		})
 		taxes = append(taxes, tax)
