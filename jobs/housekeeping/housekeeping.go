@@ -1,5 +1,7 @@
 // Package housekeeping runs periodic maintenance as a fenceq job: deleting expired
-// idempotency keys in batches.
+// idempotency keys in batches, and marking orphaned outbox rows (pending, but their
+// delivery job was discarded without delivering) failed so they are counted and
+// retryable instead of silently stuck.
 //
 // The job (kind IdempotencyKind) is one recurring row: each run cleans up, then snoozes
 // itself for Config.Interval (fenceq.JobSnooze), so it keeps its unique key and there is
@@ -100,6 +102,14 @@ func Register(hs *fenceq.Handlers, cfg Config) error {
 		}
 		if n > 0 {
 			log.Info("deleted expired idempotency keys", "deleted", n, "job_id", job.ID)
+		}
+		orphans, err := queue.FailOrphanedOutbox(ctx, c.Pool, c.BatchSize)
+		if err != nil {
+			return err
+		}
+		for _, id := range orphans {
+			log.Error("outbox row orphaned: its delivery job was discarded; marked failed (fenceq outbox retry ID)",
+				"outbox_id", id)
 		}
 		return fenceq.JobSnooze(c.Interval)
 	})

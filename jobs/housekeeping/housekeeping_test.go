@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -86,6 +87,22 @@ func TestCleanupIdempotencyKeys(t *testing.T) {
 	b.key(t, "fresh", time.Hour, true)
 	b.waitFor(t, "keys to expire", func() bool { return b.allExpired(t) })
 
+	// An outbox row whose delivery job the reaper discarded (every holder crashed).
+	tx, err := b.db.Pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	orphan, err := queue.InsertOutbox(b.ctx, tx, queue.OutboxParams{Topic: "email", DedupeKey: "hk-orphan", Payload: []byte(`{"to":"a@example.com"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.db.Pool.Exec(b.ctx, `UPDATE fenceq_jobs SET state = 'discarded', finished_at = now() WHERE id = $1`, orphan.DeliveryJobID); err != nil {
+		t.Fatal(err)
+	}
+
 	// Bounded: 2 batches of 3 delete 6 of the 7.
 	n, err := housekeeping.CleanupIdempotencyKeys(b.ctx, b.db.Pool, 3, 2)
 	if err != nil || n != 6 {
@@ -129,6 +146,22 @@ func TestHousekeepingJobRecurs(t *testing.T) {
 	b.key(t, "fresh", time.Hour, true)
 	b.waitFor(t, "keys to expire", func() bool { return b.allExpired(t) })
 
+	// An outbox row whose delivery job the reaper discarded (every holder crashed).
+	tx, err := b.db.Pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	orphan, err := queue.InsertOutbox(b.ctx, tx, queue.OutboxParams{Topic: "email", DedupeKey: "hk-orphan", Payload: []byte(`{"to":"a@example.com"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.db.Pool.Exec(b.ctx, `UPDATE fenceq_jobs SET state = 'discarded', finished_at = now() WHERE id = $1`, orphan.DeliveryJobID); err != nil {
+		t.Fatal(err)
+	}
+
 	w, err := fenceq.NewWorker(b.db.Pool, fenceq.Config{Handlers: hs, LeaseDuration: 5 * time.Second,
 		ReaperInterval: 50 * time.Millisecond, PollInterval: 50 * time.Millisecond, Logger: quietLogger()})
 	if err != nil {
@@ -146,6 +179,11 @@ func TestHousekeepingJobRecurs(t *testing.T) {
 	})
 	b.waitFor(t, "the job to delete the expired finished keys", func() bool {
 		return b.keys(t, `state = 'finished' AND key LIKE 'old-%'`) == 0
+	})
+	b.waitFor(t, "the orphaned outbox row to be marked failed", func() bool {
+		var state, reason string
+		err := b.db.Pool.QueryRow(b.ctx, `SELECT state, COALESCE(last_error, '') FROM fenceq_outbox WHERE id = $1`, orphan.ID).Scan(&state, &reason)
+		return err == nil && state == "failed" && strings.HasPrefix(reason, "orphaned:")
 	})
 	// A key that expires later is deleted by a later run of the same job row.
 	b.key(t, "old-4", time.Millisecond, true)
