@@ -37,6 +37,7 @@ func commands() []*ucli.Command {
 		queuesCommand(),
 		workersCommand(),
 		outboxCommand(),
+		billingCommand(),
 		serveCommand(),
 		statsCommand(),
 		verifyCommand(),

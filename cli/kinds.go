@@ -20,6 +20,8 @@ import (
 	"github.com/fenceq/fenceq/internal/metrics"
 	"github.com/fenceq/fenceq/jobs/diag"
 	"github.com/fenceq/fenceq/jobs/email"
+	"github.com/fenceq/fenceq/jobs/housekeeping"
+	"github.com/fenceq/fenceq/jobs/invoice"
 	"github.com/fenceq/fenceq/jobs/order"
 	"github.com/fenceq/fenceq/queue"
 )
@@ -29,6 +31,7 @@ var (
 	_ fenceq.Observer = (*metrics.Metrics)(nil)
 	_ order.Metrics   = (*metrics.IdempotencyMetrics)(nil)
 	_ email.Metrics   = (*metrics.OutboxMetrics)(nil)
+	_ invoice.Metrics = (*metrics.InvoiceMetrics)(nil)
 )
 
 // kindInfo describes a built-in kind for enqueue and worker.
@@ -45,6 +48,9 @@ func builtinKinds() map[string]kindInfo {
 		diag.SleepKind:          {queue: queue.DefaultQueue, desc: `sleeps, e.g. {"duration": "5s"}`, validate: diag.ValidateSleep},
 		queue.OutboxDeliverKind: {queue: queue.OutboxQueue, desc: "delivers one outbox row (email)", validate: validateDeliver},
 		order.PlaceKind:         {queue: queue.DefaultQueue, desc: "places an order once per idempotency key", validate: validatePlace},
+		invoice.Kind:            {queue: invoice.Queue, desc: "writes one customer's invoice for a period", validate: validateInvoice},
+		housekeeping.IdempotencyKind: {queue: queue.DefaultQueue, desc: "deletes expired idempotency keys (recurring)",
+			validate: validateEmpty},
 	}
 }
 
@@ -60,7 +66,20 @@ func builtinQueues() []string {
 }
 
 // periodicKinds reschedule themselves and so never all finish.
-func periodicKinds() []string { return []string{} }
+func periodicKinds() []string { return []string{housekeeping.IdempotencyKind} }
+
+func validateInvoice(raw []byte) error {
+	var a invoice.Args
+	if err := decodeStrict(raw, &a); err != nil {
+		return err
+	}
+	return a.Validate()
+}
+
+func validateEmpty(raw []byte) error {
+	var a struct{}
+	return decodeStrict(raw, &a)
+}
 
 func decodeStrict(raw []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(raw))
@@ -97,7 +116,44 @@ func businessFlags() []ucli.Flag {
 			"smtp://[USER:PASSWORD@]HOST:PORT?from=ADDR[&starttls=off|opportunistic|required] " +
 			"(default file:" + defaultMailPath() + ")"},
 		&ucli.DurationFlag{Name: "order-key-ttl", Value: order.DefaultKeyTTL, Usage: "how long an order's idempotency key is remembered"},
+		&ucli.StringFlag{Name: "tax-latency", Value: "20ms-200ms", Usage: "latency range MIN-MAX of the simulated tax service invoices call"},
+		&ucli.Float64Flag{Name: "tax-tail-probability", Usage: "chance 0–1 that a tax call takes a --tax-tail latency"},
+		&ucli.StringFlag{Name: "tax-tail", Value: "2m-5m", Usage: "latency range MIN-MAX of the tax service's slow tail"},
+		&ucli.Float64Flag{Name: "tax-error-rate", Usage: "chance 0–1 that a tax call fails (the invoice job retries)"},
+		&ucli.DurationFlag{Name: "housekeeping-interval", Value: housekeeping.DefaultInterval, Usage: "how often expired idempotency keys are deleted"},
 	}
+}
+
+// parseRange reads "MIN-MAX" or a single duration.
+func parseRange(flag, s string) (lo, hi time.Duration, err error) {
+	a, b, found := strings.Cut(s, "-")
+	if lo, err = time.ParseDuration(strings.TrimSpace(a)); err != nil {
+		return 0, 0, usageError{fmt.Errorf("invalid --%s %q: want MIN-MAX durations such as 20ms-200ms", flag, s)}
+	}
+	hi = lo
+	if found {
+		if hi, err = time.ParseDuration(strings.TrimSpace(b)); err != nil || hi < lo {
+			return 0, 0, usageError{fmt.Errorf("invalid --%s %q: want MIN-MAX durations with MIN ≤ MAX", flag, s)}
+		}
+	}
+	return lo, hi, nil
+}
+
+// newTax builds the simulated tax service from the command's flags.
+func newTax(c *ucli.Context) (*invoice.SimulatedTax, error) {
+	cfg := invoice.SimulatedTaxConfig{TailProbability: c.Float64("tax-tail-probability"), ErrorRate: c.Float64("tax-error-rate")}
+	var err error
+	if cfg.MinLatency, cfg.MaxLatency, err = parseRange("tax-latency", c.String("tax-latency")); err != nil {
+		return nil, err
+	}
+	if cfg.TailMin, cfg.TailMax, err = parseRange("tax-tail", c.String("tax-tail")); err != nil {
+		return nil, err
+	}
+	tax, err := invoice.NewSimulatedTax(cfg)
+	if err != nil {
+		return nil, usageError{fmt.Errorf("simulated tax service: %w", err)}
+	}
+	return tax, nil
 }
 
 func defaultMailPath() string { return filepath.Join(os.TempDir(), "fenceq-mail.jsonl") }
@@ -187,6 +243,21 @@ func registerBuiltins(c *ucli.Context, hs *fenceq.Handlers, d builtinDeps) (func
 	if err := order.Register(hs, svc); err != nil {
 		cleanup()
 		return nil, "", fmt.Errorf("register %s: %w", order.PlaceKind, err)
+	}
+	tax, err := newTax(c)
+	if err != nil {
+		cleanup()
+		return nil, "", err
+	}
+	if err := invoice.Register(hs, invoice.Config{Pool: d.Pool, Tax: tax, Logger: d.Logger,
+		Metrics: d.Metrics.Invoices()}); err != nil {
+		cleanup()
+		return nil, "", fmt.Errorf("register %s: %w", invoice.Kind, err)
+	}
+	if err := housekeeping.Register(hs, housekeeping.Config{Pool: d.Pool, Interval: c.Duration("housekeeping-interval"),
+		Logger: d.Logger}); err != nil {
+		cleanup()
+		return nil, "", fmt.Errorf("register housekeeping: %w", err)
 	}
 	return cleanup, desc, nil
 }

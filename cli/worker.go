@@ -12,6 +12,7 @@ import (
 
 	"github.com/fenceq/fenceq"
 	"github.com/fenceq/fenceq/internal/metrics"
+	"github.com/fenceq/fenceq/jobs/housekeeping"
 	"github.com/fenceq/fenceq/queue"
 )
 
@@ -34,6 +35,7 @@ func workerCommand() *ucli.Command {
 			&ucli.DurationFlag{Name: "shutdown-timeout", Value: 30 * time.Second, Usage: "how long running jobs may finish on shutdown"},
 			&ucli.StringFlag{Name: "id", Usage: "worker id (default host-pid-random)"},
 			&ucli.IntFlag{Name: "max-conns", Value: 10, Usage: "database connections of this process"},
+			&ucli.DurationFlag{Name: "retention", Value: 24 * time.Hour, Usage: "how long finished jobs are kept (negative: forever)"},
 		}, append(businessFlags(), logFlags()...)...),
 		Action: workerAction,
 	}
@@ -91,12 +93,18 @@ func workerAction(c *ucli.Context) error {
 		Handlers: hs, Queues: qcfg, ID: c.String("id"),
 		LeaseDuration: c.Duration("lease"), HeartbeatInterval: c.Duration("heartbeat"),
 		ReaperInterval: c.Duration("reaper"), PollInterval: c.Duration("poll"),
-		Logger: log, Observer: m,
+		RetentionPeriod: c.Duration("retention"), Logger: log, Observer: m,
 	})
 	if err != nil {
 		return usageError{err}
 	}
 	log.Info(mailDesc)
+	if slices.Contains(queues, queue.DefaultQueue) {
+		// The recurring cleanup job: enqueued unless one is pending already.
+		if _, err := housekeeping.Schedule(c.Context, pool); err != nil {
+			return fmt.Errorf("schedule housekeeping: %w", err)
+		}
+	}
 	var srv *httpServer
 	if addr := c.String("metrics-addr"); addr != "" {
 		mux := http.NewServeMux()

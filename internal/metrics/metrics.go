@@ -1,8 +1,8 @@
 // Package metrics exposes fenceq's mechanism to Prometheus: a fenceq.Observer that
 // counts what workers see (claims, outcomes, revocations, stale writes, leases that
 // expired while their holder lived, heartbeat failures), counters for idempotency
-// replays and conflicts (the method set of jobs/order.Metrics) and outbox deliveries
-// (the method set of jobs/email.Metrics), and a collector that reads the database
+// replays and conflicts (the method set of jobs/order.Metrics), invoices (of
+// jobs/invoice.Metrics) and outbox deliveries (of jobs/email.Metrics), and a collector that reads the database
 // at scrape time (queue depth, outbox backlog and its oldest age, the oldest open
 // transaction).
 //
@@ -40,6 +40,9 @@ type Metrics struct {
 	idemReplays        *prometheus.CounterVec
 	idemConflicts      *prometheus.CounterVec
 	ordersCreated      prometheus.Counter
+	invoicesCreated    prometheus.Counter
+	invoiceDuplicates  *prometheus.CounterVec
+	taxFailures        prometheus.Counter
 	outboxDelivered    *prometheus.CounterVec
 	outboxRetried      *prometheus.CounterVec
 	outboxFailed       *prometheus.CounterVec
@@ -107,13 +110,25 @@ func New() *Metrics {
 		Name: "fenceq_outbox_failed_total",
 		Help: "Outbox rows this process marked failed (permanent rejection or last attempt), by topic.",
 	}, []string{"topic"})
+	m.invoicesCreated = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "fenceq_invoices_created_total",
+		Help: "Invoices written (with their email outbox row) by a fenced commit in this process.",
+	})
+	m.invoiceDuplicates = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fenceq_invoice_duplicates_prevented_total",
+		Help: "Invoice jobs that found their invoice already written, by how (existing_invoice, unique_constraint).",
+	}, []string{"how"})
+	m.taxFailures = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "fenceq_tax_failures_total",
+		Help: "Failed tax service calls of invoice jobs (retried).",
+	})
 	m.ordersCreated = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "fenceq_orders_created_total",
 		Help: "Orders placed (committed) by this process.",
 	})
 	m.reg.MustRegister(m.jobsClaimed, m.jobsFinished, m.jobDuration, m.leaseRevocations,
 		m.staleWrites, m.expiredHolderAlive, m.leasesLost, m.heartbeatFailures,
-		m.idemReplays, m.idemConflicts, m.ordersCreated, m.outboxDelivered, m.outboxRetried, m.outboxFailed,
+		m.idemReplays, m.idemConflicts, m.ordersCreated, m.invoicesCreated, m.invoiceDuplicates, m.taxFailures, m.outboxDelivered, m.outboxRetried, m.outboxFailed,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// Known label values start at 0, so an alert on increase() sees the first event.
 	for _, op := range []string{"commit", "complete", "settle", "release", "with lease"} {
@@ -121,6 +136,9 @@ func New() *Metrics {
 	}
 	for _, by := range []string{"reaper", "holder"} {
 		m.expiredHolderAlive.WithLabelValues(by)
+	}
+	for _, how := range []string{"existing_invoice", "unique_constraint"} {
+		m.invoiceDuplicates.WithLabelValues(how)
 	}
 	return m
 }
@@ -183,6 +201,30 @@ func (m *Metrics) HeartbeatFailed(error) { m.heartbeatFailures.Inc() }
 // Idempotency returns the metrics of the idempotency mechanism, with the method set of
 // jobs/order's Metrics interface.
 func (m *Metrics) Idempotency() *IdempotencyMetrics { return &IdempotencyMetrics{m: m} }
+
+// Invoices returns the metrics of the invoice handler, with the method set of
+// jobs/invoice's Metrics interface.
+func (m *Metrics) Invoices() *InvoiceMetrics { return &InvoiceMetrics{m: m} }
+
+// InvoiceMetrics counts what the invoice handler produced and prevented:
+// fenceq_invoices_created_total, fenceq_invoice_duplicates_prevented_total,
+// and fenceq_tax_failures_total.
+type InvoiceMetrics struct{ m *Metrics }
+
+// InvoiceCreated counts an invoice written by a fenced commit.
+func (i *InvoiceMetrics) InvoiceCreated() { i.m.invoicesCreated.Inc() }
+
+// DuplicatePrevented counts a job that found its invoice already written.
+func (i *InvoiceMetrics) DuplicatePrevented(how string) {
+	i.m.invoiceDuplicates.WithLabelValues(how).Inc()
+}
+
+// StaleWriteRejected is a no-op: the worker's Observer already counts the rejected
+// commit in fenceq_stale_writes_rejected_total{op="commit"}.
+func (i *InvoiceMetrics) StaleWriteRejected() {}
+
+// TaxFailed counts a failed tax call.
+func (i *InvoiceMetrics) TaxFailed() { i.m.taxFailures.Inc() }
 
 // Outbox returns the metrics of the outbox relay, with the method set of jobs/email's
 // Metrics interface.

@@ -59,6 +59,11 @@ func TestObserverCounts(t *testing.T) {
 	im.Replay("orders")
 	im.Conflict("orders")
 	im.InflightWait("orders")
+	inv := m.Invoices()
+	inv.InvoiceCreated()
+	inv.DuplicatePrevented("unique_constraint")
+	inv.StaleWriteRejected()
+	inv.TaxFailed()
 	om := m.Outbox()
 	om.Delivered("email")
 	om.Retried("email")
@@ -84,6 +89,10 @@ func TestObserverCounts(t *testing.T) {
 		`fenceq_outbox_delivered_total{topic="email"} 1`,
 		`fenceq_outbox_delivery_retries_total{topic="email"} 1`,
 		`fenceq_outbox_failed_total{topic="email"} 1`,
+		`fenceq_invoices_created_total 1`,
+		`fenceq_invoice_duplicates_prevented_total{how="unique_constraint"} 1`,
+		`fenceq_invoice_duplicates_prevented_total{how="existing_invoice"} 0`,
+		`fenceq_tax_failures_total 1`,
 	)
 }
 
