@@ -43,8 +43,9 @@ type Config struct {
 	// PollInterval is how often each queue is polled when no wake-up arrives. Defaults
 	// to 1s.
 	PollInterval time.Duration
-	// ClaimBatchSize caps the jobs claimed in one statement (never more than free slots).
-	// Defaults to 100.
+	// ClaimBatchSize caps the jobs claimed in one statement. A claim never takes more
+	// than the queue's free slots, nor more than half its MaxWorkers (so claiming
+	// overlaps the completion of the previous batch). Defaults to 1000.
 	ClaimBatchSize int
 	// CompleteBatchSize caps the completions written in one statement. Defaults to 1000.
 	CompleteBatchSize int
@@ -122,7 +123,7 @@ func (c Config) withDefaults() Config {
 	def(&c.StaleWorkerAge, 10*c.LeaseDuration)
 	def(&c.ShutdownGrace, 5*time.Second)
 	def(&c.WriteTimeout, 10*time.Second)
-	defInt(&c.ClaimBatchSize, 100)
+	defInt(&c.ClaimBatchSize, 1000)
 	defInt(&c.CompleteBatchSize, 1000)
 	defInt(&c.ReapBatchSize, 1000)
 	defInt(&c.PruneBatchSize, 1000)
