@@ -1,0 +1,144 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/fenceq/fenceq/internal/chaos"
+)
+
+// chaosCommand is `fenceq chaos`: a fault-injection run with real worker processes,
+// and its hidden naive-worker subcommand (the baseline's worker process).
+func chaosCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:  "chaos",
+		Usage: "run worker processes under injected faults and check that no outcome is duplicated or lost",
+		Description: "Starts --workers real `fenceq worker` processes on a fresh schema, each behind its own TCP\n" +
+			"fault proxy, gives them a billing run, an order retry storm and sleep jobs longer than the\n" +
+			"lease, and injects faults drawn from --seed for --duration: pause (SIGSTOP past the lease),\n" +
+			"kill (SIGKILL and restart), terminate (pg_terminate_backend), blackhole, reset, latency,\n" +
+			"commit-drop (the reply to a COMMIT is lost) and pg-restart (immediate mode; needs\n" +
+			"--own-cluster, a throwaway cluster the harness controls). Then it lets the work settle,\n" +
+			"runs the verify invariants and prints one report.\n\n" +
+			"Exit status 0 only when nothing was duplicated or lost and every scheduled fault type fired.\n" +
+			"With --naive the same run uses the naive baseline (no lease generation, unconditional\n" +
+			"release, check-then-insert, no unique constraints): it is expected to report duplicates.",
+		Flags: []ucli.Flag{
+			&ucli.DurationFlag{Name: "duration", Value: time.Minute, Usage: "how long work is issued and faults injected"},
+			&ucli.Int64Flag{Name: "seed", Usage: "seed of the fault schedule and the workload (default: from the clock, printed)"},
+			&ucli.IntFlag{Name: "workers", Value: 3, Usage: "worker processes"},
+			&ucli.StringFlag{Name: "faults", Value: "all", Usage: "comma-separated fault types: " + faultNames() + ", all or none"},
+			&ucli.BoolFlag{Name: "naive", Usage: "run the naive baseline workers instead (expect duplicates)"},
+			&ucli.BoolFlag{Name: "own-cluster", Usage: "run a throwaway PostgreSQL cluster (initdb) the harness can restart, instead of --database-url"},
+			&ucli.DurationFlag{Name: "lease", Value: 2 * time.Second, Usage: "the workers' lease (heartbeat and reaper every lease/4)"},
+			&ucli.IntFlag{Name: "concurrency", Value: 4, Usage: "jobs per queue each worker runs at once"},
+			&ucli.DurationFlag{Name: "settle", Value: 2 * time.Minute, Usage: "how long the work may take to drain after the faults stop"},
+			&ucli.DurationFlag{Name: "wave-every", Value: 10 * time.Second, Usage: "time between waves of work"},
+			&ucli.IntFlag{Name: "customers", Value: 20, Usage: "customers seeded and billed per wave"},
+			&ucli.IntFlag{Name: "order-keys", Value: 8, Usage: "idempotency keys of the order storm per wave"},
+			&ucli.IntFlag{Name: "sleep-jobs", Value: 3, Usage: "sleep jobs longer than the lease per wave"},
+			&ucli.StringFlag{Name: "log-dir", Usage: "directory for the workers' logs and mail files (default: a new temporary one)"},
+			&ucli.BoolFlag{Name: "keep-schema", Usage: "keep the run's schema for inspection"},
+			&ucli.BoolFlag{Name: "fault-log", Value: true, Usage: "print every injected fault with its proof"},
+			&ucli.StringFlag{Name: flagDatabaseURL, EnvVars: []string{"DATABASE_URL"}, Value: DefaultDatabaseURL,
+				Usage: "PostgreSQL server to run on (a new schema is created and dropped)"},
+			&ucli.BoolFlag{Name: flagJSON, Usage: "print the report as JSON"},
+		},
+		Action: chaosAction,
+		Subcommands: []*ucli.Command{{
+			Name:            "naive-worker",
+			Usage:           "the naive baseline's worker process (started by `fenceq chaos --naive`)",
+			Hidden:          true,
+			SkipFlagParsing: true,
+			Action: func(c *ucli.Context) error {
+				if err := chaos.RunNaiveCommand(c.Context, c.Args().Slice()); err != nil {
+					return usageError{err}
+				}
+				return nil
+			},
+		}},
+	}
+}
+
+func faultNames() string {
+	names := make([]string, len(chaos.AllFaults))
+	for i, f := range chaos.AllFaults {
+		names[i] = string(f)
+	}
+	return strings.Join(names, ", ")
+}
+
+func chaosAction(c *ucli.Context) error {
+	if c.Args().Len() > 0 {
+		return usageError{fmt.Errorf("unknown argument %q (see `fenceq chaos --help`)", c.Args().First())}
+	}
+	faults, err := chaos.ParseFaults(c.String("faults"))
+	if err != nil {
+		return usageError{fmt.Errorf("--faults: %w", err)}
+	}
+	for _, f := range []string{"duration", "lease", "settle", "wave-every"} {
+		if c.Duration(f) <= 0 {
+			return usageError{fmt.Errorf("invalid --%s %s: must be positive", f, c.Duration(f))}
+		}
+	}
+	if c.Int("workers") < 1 || c.Int("workers") > 64 {
+		return usageError{fmt.Errorf("invalid --workers %d: must be 1–64", c.Int("workers"))}
+	}
+	log, err := newLogger(c)
+	if err != nil {
+		return err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("chaos: find the fenceq binary to start workers from: %w", err)
+	}
+	seed := c.Int64("seed")
+	if !c.IsSet("seed") {
+		seed = time.Now().UnixNano() % 1_000_000
+	}
+	lease := c.Duration("lease")
+	cfg := chaos.Config{
+		Env: chaos.EnvConfig{Binary: self, DatabaseURL: dbURL(c), OwnCluster: c.Bool("own-cluster"),
+			Workers: c.Int("workers"), Naive: c.Bool("naive"), Lease: lease, Heartbeat: lease / 4,
+			Reaper: lease / 4, Concurrency: c.Int("concurrency"), LogDir: c.String("log-dir"),
+			KeepSchema: c.Bool("keep-schema"), Logger: log},
+		Workload: chaos.WorkloadConfig{WaveEvery: c.Duration("wave-every"), Customers: c.Int("customers"),
+			OrderKeys: c.Int("order-keys"), SleepJobs: c.Int("sleep-jobs")},
+		Seed: seed, Duration: c.Duration("duration"), Faults: faults, Settle: c.Duration("settle"), Logger: log,
+	}
+	if cfg.Env.OwnCluster {
+		cfg.Env.DatabaseURL = ""
+	}
+	for _, f := range faults {
+		if f == chaos.FaultPGRestart && !cfg.Env.OwnCluster {
+			log.Warn("fault pg-restart skipped: " + chaos.ErrNoCluster.Error())
+		}
+	}
+	log.Info("chaos run", "seed", seed, "duration", cfg.Duration, "workers", cfg.Env.Workers, "faults", c.String("faults"))
+	rep, err := chaos.Run(c.Context, cfg)
+	if err != nil {
+		return err
+	}
+	err = output(c, rep, func(w io.Writer) error {
+		if err := rep.WriteText(w); err != nil {
+			return err
+		}
+		if c.Bool("fault-log") && len(rep.FaultLog) > 0 {
+			fmt.Fprintln(w)
+			return rep.WriteFaultLog(w)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if !rep.Pass {
+		return silentError{"chaos: " + strings.Join(rep.Failures, "; ")}
+	}
+	return nil
+}

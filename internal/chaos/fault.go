@@ -1,0 +1,185 @@
+package chaos
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"time"
+)
+
+// FaultType names one kind of fault the harness injects.
+type FaultType string
+
+// Fault types.
+const (
+	// FaultPause stops a worker process with SIGSTOP for longer than the lease, then
+	// resumes it with SIGCONT: a GC pause or a stuck process.
+	FaultPause FaultType = "pause"
+	// FaultKill kills a worker process with SIGKILL and starts a new one in its slot.
+	FaultKill FaultType = "kill"
+	// FaultTerminate ends every database session of a worker with
+	// pg_terminate_backend (found by application_name).
+	FaultTerminate FaultType = "terminate"
+	// FaultBlackhole makes the worker's proxy swallow every byte for longer than the
+	// lease, then resets its connections (a partition that kills the TCP connections).
+	FaultBlackhole FaultType = "blackhole"
+	// FaultReset resets every connection of a worker at once (TCP RST).
+	FaultReset FaultType = "reset"
+	// FaultLatency adds latency to every chunk the worker's proxy forwards.
+	FaultLatency FaultType = "latency"
+	// FaultCommitDrop lets a COMMIT of the worker reach the server and drops the reply:
+	// the worker cannot know whether its transaction landed.
+	FaultCommitDrop FaultType = "commit-drop"
+	// FaultPGRestart restarts PostgreSQL in immediate mode (a crash). Only when the
+	// harness runs its own throwaway cluster.
+	FaultPGRestart FaultType = "pg-restart"
+)
+
+// AllFaults lists every fault type in the order reports print them.
+var AllFaults = []FaultType{FaultPause, FaultKill, FaultTerminate, FaultBlackhole, FaultReset,
+	FaultLatency, FaultCommitDrop, FaultPGRestart}
+
+// needsProxy reports whether the fault is injected by a worker's proxy.
+func (f FaultType) needsProxy() bool {
+	return f == FaultBlackhole || f == FaultReset || f == FaultLatency || f == FaultCommitDrop
+}
+
+// ParseFaults reads a comma-separated list of fault types; "all" means every one.
+func ParseFaults(s string) ([]FaultType, error) {
+	s = strings.TrimSpace(s)
+	if s == "" || s == "all" {
+		return slices.Clone(AllFaults), nil
+	}
+	if s == "none" {
+		return []FaultType{}, nil
+	}
+	var out []FaultType
+	for _, part := range strings.Split(s, ",") {
+		f := FaultType(strings.TrimSpace(part))
+		if !slices.Contains(AllFaults, f) {
+			names := make([]string, len(AllFaults))
+			for i, a := range AllFaults {
+				names[i] = string(a)
+			}
+			return nil, fmt.Errorf("unknown fault %q: want a comma-separated list of %s, all or none",
+				part, strings.Join(names, ", "))
+		}
+		if !slices.Contains(out, f) {
+			out = append(out, f)
+		}
+	}
+	return out, nil
+}
+
+// PlannedFault is one fault of a schedule.
+type PlannedFault struct {
+	Type FaultType `json:"type"`
+	// At is when the fault starts, from the start of the workload.
+	At time.Duration `json:"at"`
+	// Worker is the target slot (0-based); unused by pg-restart.
+	Worker int `json:"worker"`
+	// For is how long a pause, blackhole or latency lasts.
+	For time.Duration `json:"for,omitempty"`
+	// Latency is the added latency of a latency fault.
+	Latency time.Duration `json:"latency,omitempty"`
+}
+
+func (f PlannedFault) String() string {
+	s := fmt.Sprintf("%s at %s", f.Type, f.At.Round(time.Millisecond))
+	if f.Type != FaultPGRestart {
+		s += fmt.Sprintf(" on w%d", f.Worker+1)
+	}
+	if f.For > 0 {
+		s += fmt.Sprintf(" for %s", f.For.Round(time.Millisecond))
+	}
+	if f.Latency > 0 {
+		s += fmt.Sprintf(" (+%s)", f.Latency)
+	}
+	return s
+}
+
+// PlanParams describes a random schedule.
+type PlanParams struct {
+	Seed    int64
+	Faults  []FaultType
+	Workers int
+	// Duration: no fault starts after it.
+	Duration time.Duration
+	// Lease is the workers' lease; pauses and blackholes outlast it.
+	Lease time.Duration
+	// Gap is the mean pause between the end of one fault and the start of the next.
+	// Defaults to Lease.
+	Gap time.Duration
+	// Start is when the first fault may start. Defaults to Lease (let work begin).
+	Start time.Duration
+}
+
+// Plan draws a fault schedule from the seed: the same parameters always give the same
+// schedule. Faults run one after another. Every fault type comes once, in a shuffled
+// order, before any comes twice, so a run long enough for len(Faults) faults fires each
+// type; Plan returns an error when Duration is too short for that.
+func Plan(p PlanParams) ([]PlannedFault, error) {
+	if len(p.Faults) == 0 {
+		return []PlannedFault{}, nil
+	}
+	if p.Workers < 1 {
+		return nil, fmt.Errorf("plan faults: workers %d must be at least 1", p.Workers)
+	}
+	if p.Lease <= 0 {
+		return nil, fmt.Errorf("plan faults: lease %s must be positive", p.Lease)
+	}
+	if p.Gap <= 0 {
+		p.Gap = p.Lease
+	}
+	if p.Start <= 0 {
+		p.Start = p.Lease
+	}
+	rng := rand.New(rand.NewPCG(uint64(p.Seed), 0x6368616f73)) // "chaos"
+	var out []PlannedFault
+	at := p.Start
+	var bag []FaultType
+	for {
+		if len(bag) == 0 {
+			bag = slices.Clone(p.Faults)
+			rng.Shuffle(len(bag), func(i, j int) { bag[i], bag[j] = bag[j], bag[i] })
+		}
+		f := PlannedFault{Type: bag[0], At: at, Worker: rng.IntN(p.Workers)}
+		bag = bag[1:]
+		switch f.Type {
+		case FaultPause, FaultBlackhole:
+			// Past the lease, by up to one more lease: the holder must lose the lease.
+			f.For = p.Lease + p.Lease/2 + time.Duration(rng.Int64N(int64(p.Lease)))
+		case FaultLatency:
+			f.For = p.Lease + time.Duration(rng.Int64N(int64(p.Lease)))
+			f.Latency = time.Duration(50+rng.IntN(250)) * time.Millisecond
+		}
+		if f.At > p.Duration {
+			break
+		}
+		out = append(out, f)
+		// The next fault starts after this one ends and a random gap.
+		at = f.At + f.For + p.Gap/2 + time.Duration(rng.Int64N(int64(p.Gap)))
+	}
+	if len(out) < len(p.Faults) {
+		return nil, fmt.Errorf("plan faults: %s is too short to fire each of the %d fault types once (got %d); lengthen the run",
+			p.Duration, len(p.Faults), len(out))
+	}
+	return out, nil
+}
+
+// FaultRecord is one fault the harness tried to inject, with its proof.
+type FaultRecord struct {
+	PlannedFault
+	// Target names the worker process (or "postgres").
+	Target string `json:"target"`
+	// Started is when the injection began, from the start of the workload.
+	Started time.Duration `json:"started"`
+	// Took is how long the fault lasted, from its start to the end of the recovery.
+	Took time.Duration `json:"took"`
+	// Fired is true when the fault provably happened; Proof says how it is known.
+	Fired bool   `json:"fired"`
+	Proof string `json:"proof"`
+	// Err says why it did not fire.
+	Err string `json:"error,omitempty"`
+}

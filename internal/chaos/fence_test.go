@@ -1,0 +1,253 @@
+package chaos
+
+import (
+	"context"
+	"os"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fenceq/fenceq"
+	"github.com/fenceq/fenceq/internal/verify"
+	"github.com/fenceq/fenceq/jobs/email"
+	"github.com/fenceq/fenceq/jobs/invoice"
+	"github.com/fenceq/fenceq/jobs/order"
+)
+
+func waitFor(t *testing.T, what string, within time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", within, what)
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+}
+
+func count(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int64 {
+	t.Helper()
+	var n int64
+	if err := pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return n
+}
+
+func startWorkers(t *testing.T, env *Env) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := env.StartWorkers(ctx); err != nil {
+		t.Fatalf("start workers: %v", err)
+	}
+}
+
+// TestCommitOutcomeUnknown drops the reply to the COMMIT of an order.place job's fenced
+// transaction after the server executed it. The worker cannot know whether it
+// committed; it must not blindly write again, but look (queue.Landed), find that its
+// commit landed, and finish the job: completed exactly once, one order, one email.
+func TestCommitOutcomeUnknown(t *testing.T) {
+	t.Parallel()
+	env := newTestEnv(t, EnvConfig{Workers: 1, WorkerArgs: []string{"--housekeeping-interval", "1h"}})
+	startWorkers(t, env)
+	w := env.Workers[0]
+	ctx := context.Background()
+
+	// Let the worker's own housekeeping run finish first, so the one COMMIT dropped is
+	// the order's.
+	waitFor(t, "the housekeeping job to snooze", 30*time.Second, func() bool {
+		return count(t, env.Pool, `SELECT count(*) FROM fenceq_jobs WHERE kind = 'housekeeping.idempotency'
+			AND state = 'scheduled' AND attempted_at IS NOT NULL`) == 1
+	})
+	w.Proxy.DropCommitReplies(1)
+	const key = "commit-unknown-1"
+	req := order.Request{CustomerEmail: "buyer@example.com", Currency: "EUR",
+		Items: []order.Item{{SKU: "book", Quantity: 2, UnitPriceCents: 1250}}}
+	res, err := fenceq.Enqueue(ctx, env.Pool, order.PlaceArgs{IdempotencyKey: key, Request: req}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobID := res.Job.ID
+	waitFor(t, "the order.place job to finish", 30*time.Second, func() bool {
+		return count(t, env.Pool, `SELECT count(*) FROM fenceq_jobs WHERE id = $1
+			AND state IN ('completed', 'discarded', 'cancelled')`, jobID) == 1
+	})
+
+	// The fault happened: the server answered COMMIT and the worker never saw it.
+	drops := w.Proxy.CommitDrops()
+	if len(drops) != 1 || drops[0].Tag != "COMMIT" {
+		t.Fatalf("proxy dropped %+v; want exactly one COMMIT reply", drops)
+	}
+
+	// Completed exactly once, on its first attempt, under its first lease.
+	var state string
+	var attempt int
+	var gen int64
+	if err := env.Pool.QueryRow(ctx, `SELECT state, attempt, lease_gen FROM fenceq_jobs WHERE id = $1`, jobID).
+		Scan(&state, &attempt, &gen); err != nil {
+		t.Fatal(err)
+	}
+	if state != "completed" || attempt != 1 || gen != 1 {
+		t.Fatalf("job %d: state %s, attempt %d, lease_gen %d; want completed, 1, 1", jobID, state, attempt, gen)
+	}
+	// It reconciled instead of writing again: a second fenced write after the landed
+	// commit would have been rejected and recorded.
+	if n := count(t, env.Pool, `SELECT count(*) FROM fenceq_lease_events WHERE job_id = $1`, jobID); n != 0 {
+		t.Fatalf("job %d has %d lease events (a retried write?); want none", jobID, n)
+	}
+	log, err := os.ReadFile(w.LogPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	landed := regexp.MustCompile(`fenced commit landed although its reply was lost.*job_id=` + strconv.FormatInt(jobID, 10) + `\b`)
+	if !landed.Match(log) {
+		t.Fatalf("worker log has no reconciliation line for job %d:\n%s", jobID, log)
+	}
+
+	// One order, written by this job's lease; one email row, delivered once.
+	var orderID, orderJob, orderGen int64
+	if err := env.Pool.QueryRow(ctx, `SELECT id, job_id, lease_gen FROM orders WHERE idempotency_key = $1`, key).
+		Scan(&orderID, &orderJob, &orderGen); err != nil {
+		t.Fatalf("the order: %v", err)
+	}
+	if n := count(t, env.Pool, `SELECT count(*) FROM orders WHERE idempotency_key = $1`, key); n != 1 {
+		t.Fatalf("%d orders with key %s; want 1", n, key)
+	}
+	if orderJob != jobID || orderGen != gen {
+		t.Fatalf("order written by job %d gen %d; want job %d gen %d", orderJob, orderGen, jobID, gen)
+	}
+	dedupe := order.EmailDedupePrefix + strconv.FormatInt(orderID, 10)
+	waitFor(t, "the confirmation email", 30*time.Second, func() bool {
+		return count(t, env.Pool, `SELECT count(*) FROM fenceq_outbox WHERE dedupe_key = $1 AND state = 'delivered'`, dedupe) == 1
+	})
+	mail, err := os.ReadFile(w.MailFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := regexp.MustCompile(regexp.QuoteMeta(`"idempotency_key":"`+email.IdempotencyKeyFor(dedupe)+`"`)).FindAll(mail, -1); len(n) != 1 {
+		t.Fatalf("the mail file holds %d messages with the order's key; want 1", len(n))
+	}
+	rep, err := verify.Run(ctx, env.Pool, verify.Options{ExpectedJobs: []int64{jobID}, RequireFinal: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Passed {
+		t.Fatalf("verify: %+v", rep.Checks)
+	}
+}
+
+// pauseMidInvoice bills one customer with a tax call of 1.5 s, pauses whichever worker
+// claimed the invoice job while it is inside the tax call, waits until the other
+// worker took the job over and wrote the invoice, then resumes the paused one. It
+// returns the database pool, the job id and the slot that was paused.
+func pauseMidInvoice(t *testing.T, env *Env) (jobID int64, paused *Worker) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := invoice.SeedCustomers(ctx, env.Pool, 1, "2025-01"); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := invoice.RunBilling(ctx, env.Pool, "2025-01"); err != nil || n != 1 {
+		t.Fatalf("billing run enqueued %d jobs, %v; want 1", n, err)
+	}
+	if err := env.Pool.QueryRow(ctx, `SELECT id FROM fenceq_jobs WHERE kind = 'invoice'`).Scan(&jobID); err != nil {
+		t.Fatal(err)
+	}
+	startWorkers(t, env)
+	holder := func() string {
+		var by *string
+		if err := env.Pool.QueryRow(ctx, `SELECT leased_by FROM fenceq_jobs WHERE id = $1 AND state = 'running'`, jobID).
+			Scan(&by); err != nil || by == nil {
+			return ""
+		}
+		return *by
+	}
+	waitFor(t, "the invoice job to be claimed", 30*time.Second, func() bool { return holder() != "" })
+	first := holder()
+	for _, w := range env.Workers {
+		if w.ID() == first {
+			paused = w
+		}
+	}
+	if paused == nil {
+		t.Fatalf("no worker slot runs %s", first)
+	}
+	time.Sleep(300 * time.Millisecond) // into the 1.5 s tax call, past the idempotency check
+	proof, err := paused.Proc.Pause()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("paused %s mid-invoice: %s", paused.Name, proof)
+	t.Cleanup(func() { _ = paused.Proc.Resume() })
+	waitFor(t, "another worker to take the job over", 20*time.Second, func() bool {
+		h := holder()
+		return h != "" && h != first
+	})
+	waitFor(t, "the other worker to write the invoice", 20*time.Second, func() bool {
+		return count(t, env.Pool, `SELECT count(*) FROM invoices`) >= 1
+	})
+	if err := paused.Proc.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	return jobID, paused
+}
+
+// TestSamePauseFencedAndNaive pauses the holder of an invoice job inside its slow tax
+// call until another worker took the job over and wrote the invoice, then resumes it:
+// the first incident, deterministically. fenceq's workers end with one invoice (the
+// resumed holder's write is rejected by the database); the naive baseline, under the
+// very same fault, writes a second one — and the same verifier reports it.
+func TestSamePauseFencedAndNaive(t *testing.T) {
+	t.Parallel()
+
+	t.Run("Fenced", func(t *testing.T) {
+		t.Parallel()
+		env := newTestEnv(t, EnvConfig{Workers: 2,
+			TaxArgs: []string{"--tax-latency", "1500ms-1500ms", "--tax-tail-probability", "0"}})
+		jobID, paused := pauseMidInvoice(t, env)
+		waitFor(t, "the resumed holder to learn it lost the lease", 20*time.Second, func() bool {
+			return count(t, env.Pool, `SELECT count(*) FROM fenceq_lease_events WHERE job_id = $1
+				AND kind IN ('stale_write_rejected', 'expired_holder_alive') AND worker_id = $2`, jobID, paused.ID()) > 0
+		})
+		if n := count(t, env.Pool, `SELECT count(*) FROM fenceq_lease_events WHERE job_id = $1 AND kind = 'revoked'`, jobID); n == 0 {
+			t.Fatal("the paused holder's lease was never revoked")
+		}
+		time.Sleep(time.Second) // let a late write of the resumed holder land, if the fence let one through
+		if n := count(t, env.Pool, `SELECT count(*) FROM invoices`); n != 1 {
+			t.Fatalf("%d invoices; want exactly 1", n)
+		}
+		if n := count(t, env.Pool, `SELECT count(*) FROM invoices WHERE leased_by = $1`, paused.ID()); n != 0 {
+			t.Fatal("the invoice was written by the paused holder after its lease was revoked")
+		}
+		rep, err := verify.Run(context.Background(), env.Pool, verify.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Duplicates() != 0 {
+			t.Fatalf("verify found %d duplicates", rep.Duplicates())
+		}
+	})
+
+	t.Run("Naive", func(t *testing.T) {
+		t.Parallel()
+		env := newTestEnv(t, EnvConfig{Workers: 2, Naive: true,
+			NaiveArgs: []string{"--tax-min=1500ms", "--tax-max=1500ms", "--tax-tail=0"}})
+		pauseMidInvoice(t, env)
+		waitFor(t, "the resumed naive holder to write a second invoice", 20*time.Second, func() bool {
+			return count(t, env.Pool, `SELECT count(*) FROM invoices`) == 2
+		})
+		rep, err := verify.Run(context.Background(), env.Pool, verify.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := rep.Count(verify.CheckDuplicateInvoices); n != 1 {
+			t.Fatalf("verify counts %d duplicate invoices; want 1", n)
+		}
+		if rep.Passed || rep.Duplicates() == 0 {
+			t.Fatal("verify passed a schema with two invoices for one customer and period")
+		}
+	})
+}

@@ -1,0 +1,265 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// ErrNoCluster means a PostgreSQL restart was asked for but the harness does not run
+// the server: it cannot restart a server it does not own.
+var ErrNoCluster = errors.New("the harness does not control the PostgreSQL server (run it with its own throwaway cluster: --own-cluster)")
+
+// commitDropWait bounds how long an armed COMMIT-reply drop waits for a COMMIT.
+const commitDropWait = 15 * time.Second
+
+// holdWait bounds how long a fault waits for its target to hold a lease.
+const holdWait = 5 * time.Second
+
+// waitHolding waits until the worker's current process holds a lease, for at most
+// within, and returns how many it holds then.
+func (e *Env) waitHolding(ctx context.Context, w *Worker, within time.Duration) int64 {
+	deadline := time.Now().Add(within)
+	for {
+		var n int64
+		err := e.Pool.QueryRow(ctx, sqlHeldLeases, w.ID()).Scan(&n)
+		if (err == nil && n > 0) || time.Now().After(deadline) || ctx.Err() != nil {
+			return n
+		}
+		sleepCtx(ctx, 25*time.Millisecond)
+	}
+}
+
+// Inject injects one fault now and returns its record: whether it provably fired, and
+// the proof. It blocks for the fault's duration (a pause lasts f.For) and restores what
+// it changed before returning, also when ctx ends early.
+func (e *Env) Inject(ctx context.Context, f PlannedFault) FaultRecord {
+	rec := FaultRecord{PlannedFault: f}
+	start := time.Now()
+	defer func() { rec.Took = time.Since(start) }()
+	if f.Type == FaultPGRestart {
+		rec.Target = "postgres"
+		proof, err := e.restartPostgres(ctx)
+		return e.settle(rec, proof, err)
+	}
+	if f.Worker < 0 || f.Worker >= len(e.Workers) {
+		return e.settle(rec, "", fmt.Errorf("no worker slot %d (have %d)", f.Worker, len(e.Workers)))
+	}
+	w := e.Workers[f.Worker]
+	// Faults that take a worker away matter when it holds leases: wait (a little) for
+	// it to hold one, so the fault tests the fence rather than an idle process.
+	held := int64(-1)
+	switch f.Type {
+	case FaultPause, FaultKill, FaultBlackhole, FaultTerminate, FaultReset:
+		held = e.waitHolding(ctx, w, holdWait)
+	}
+	rec.Target = fmt.Sprintf("%s (%s, pid %d)", w.Name, w.ID(), w.Proc.Pid())
+	if held >= 0 {
+		rec.Target += fmt.Sprintf(", holding %d leases", held)
+	}
+	var proof string
+	var err error
+	switch f.Type {
+	case FaultPause:
+		proof, err = e.pause(ctx, w, f.For)
+	case FaultKill:
+		proof, err = e.kill(ctx, w)
+	case FaultTerminate:
+		proof, err = e.terminate(ctx, w)
+	case FaultBlackhole:
+		proof, err = e.blackhole(ctx, w, f.For)
+	case FaultReset:
+		if n := w.Proxy.ResetAll(); n > 0 {
+			proof = fmt.Sprintf("%d connections reset (TCP RST)", n)
+		} else {
+			err = errors.New("the worker had no open connection to reset")
+		}
+	case FaultLatency:
+		proof, err = e.latency(ctx, w, f.Latency, f.For)
+	case FaultCommitDrop:
+		proof, err = e.commitDrop(ctx, w)
+	default:
+		err = fmt.Errorf("unknown fault type %q", f.Type)
+	}
+	return e.settle(rec, proof, err)
+}
+
+func (e *Env) settle(rec FaultRecord, proof string, err error) FaultRecord {
+	if err != nil {
+		rec.Err = err.Error()
+		e.log.Warn("fault did not fire", "fault", rec.Type, "target", rec.Target, "err", err)
+		return rec
+	}
+	rec.Fired, rec.Proof = true, proof
+	e.log.Info("fault fired", "fault", rec.Type, "target", rec.Target, "proof", proof)
+	return rec
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+func (e *Env) pause(ctx context.Context, w *Worker, d time.Duration) (string, error) {
+	proof, err := w.Proc.Pause()
+	defer func() { _ = w.Proc.Resume() }()
+	if err != nil {
+		return "", err
+	}
+	sleepCtx(ctx, d)
+	if err := w.Proc.Resume(); err != nil {
+		return "", fmt.Errorf("resume after the pause: %w", err)
+	}
+	return fmt.Sprintf("%s for %s, then SIGCONT", proof, d.Round(time.Millisecond)), nil
+}
+
+func (e *Env) kill(ctx context.Context, w *Worker) (string, error) {
+	kctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	status, err := w.Proc.Kill(kctx)
+	if err != nil {
+		return "", err
+	}
+	if err := w.Start(); err != nil {
+		return "", fmt.Errorf("killed (%s) but not restarted: %w", status, err)
+	}
+	if err := w.WaitRegistered(ctx, 30*time.Second); err != nil {
+		return "", fmt.Errorf("killed (%s) but the new process did not come up: %w", status, err)
+	}
+	return fmt.Sprintf("SIGKILL: %s; restarted as %s (pid %d)", status, w.ID(), w.Proc.Pid()), nil
+}
+
+func (e *Env) terminate(ctx context.Context, w *Worker) (string, error) {
+	rows, err := e.Pool.Query(ctx, sqlTerminateApp, w.AppName)
+	if err != nil {
+		return "", fmt.Errorf("pg_terminate_backend: %w", err)
+	}
+	var pids []int32
+	for rows.Next() {
+		var pid int32
+		var ok bool
+		if err := rows.Scan(&pid, &ok); err != nil {
+			rows.Close()
+			return "", fmt.Errorf("pg_terminate_backend: %w", err)
+		}
+		if ok {
+			pids = append(pids, pid)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return "", fmt.Errorf("pg_terminate_backend: %w", err)
+	}
+	if len(pids) == 0 {
+		return "", fmt.Errorf("no session with application_name %s to terminate", w.AppName)
+	}
+	return fmt.Sprintf("pg_terminate_backend returned true for %d sessions (pids %v)", len(pids), pids), nil
+}
+
+func (e *Env) blackhole(ctx context.Context, w *Worker, d time.Duration) (string, error) {
+	before := w.Proxy.Dropped()
+	w.Proxy.SetBlackhole(true)
+	sleepCtx(ctx, d)
+	w.Proxy.SetBlackhole(false)
+	n := w.Proxy.ResetAll() // the partition killed the connections it starved
+	dropped := w.Proxy.Dropped() - before
+	if dropped == 0 {
+		return "", fmt.Errorf("the proxy swallowed no byte in %s", d)
+	}
+	return fmt.Sprintf("%d bytes swallowed over %s, then %d connections reset", dropped, d.Round(time.Millisecond), n), nil
+}
+
+func (e *Env) latency(ctx context.Context, w *Worker, l, d time.Duration) (string, error) {
+	before := w.Proxy.Delayed()
+	w.Proxy.SetLatency(l)
+	sleepCtx(ctx, d)
+	w.Proxy.SetLatency(0)
+	n := w.Proxy.Delayed() - before
+	if n == 0 {
+		return "", fmt.Errorf("no chunk crossed the proxy in %s", d)
+	}
+	return fmt.Sprintf("%d chunks delayed by %s over %s", n, l, d.Round(time.Millisecond)), nil
+}
+
+func (e *Env) commitDrop(ctx context.Context, w *Worker) (string, error) {
+	before := len(w.Proxy.CommitDrops())
+	w.Proxy.DropCommitReplies(1)
+	defer w.Proxy.DropCommitReplies(0)
+	deadline := time.Now().Add(commitDropWait)
+	for {
+		if drops := w.Proxy.CommitDrops(); len(drops) > before {
+			d := drops[len(drops)-1]
+			return fmt.Sprintf("reply %q (%d bytes) to a COMMIT on connection %d dropped, connection reset",
+				d.Tag, d.Bytes, d.ConnID), nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return "", fmt.Errorf("no COMMIT crossed the proxy within %s", commitDropWait)
+		}
+		sleepCtx(ctx, 20*time.Millisecond)
+	}
+}
+
+func (e *Env) restartPostgres(ctx context.Context) (string, error) {
+	if e.Cluster == nil {
+		return "", ErrNoCluster
+	}
+	var before time.Time
+	if err := e.Pool.QueryRow(ctx, sqlPostmasterStart).Scan(&before); err != nil {
+		return "", fmt.Errorf("read the postmaster start time: %w", err)
+	}
+	if err := e.Cluster.Restart(ctx, "immediate"); err != nil {
+		return "", fmt.Errorf("pg_ctl restart -m immediate: %w", err)
+	}
+	var after time.Time
+	var err error
+	for try := 0; try < 50; try++ {
+		if err = e.Pool.QueryRow(ctx, sqlPostmasterStart).Scan(&after); err == nil {
+			break
+		}
+		sleepCtx(ctx, 100*time.Millisecond)
+	}
+	if err != nil {
+		return "", fmt.Errorf("PostgreSQL did not answer after the restart: %w", err)
+	}
+	if !after.After(before) {
+		return "", fmt.Errorf("postmaster start time %s did not change", after)
+	}
+	return fmt.Sprintf("pg_ctl restart -m immediate: postmaster start time %s → %s",
+		before.Format("15:04:05.000"), after.Format("15:04:05.000")), nil
+}
+
+// Restore undoes every fault that may still be in force: resumes paused processes,
+// lifts blackholes and latency, and disarms COMMIT-reply drops.
+func (e *Env) Restore() {
+	for _, w := range e.Workers {
+		_ = w.Proc.Resume()
+		w.Proxy.SetBlackhole(false)
+		w.Proxy.SetLatency(0)
+		w.Proxy.DropCommitReplies(0)
+		w.Proxy.SetRefuse(false)
+	}
+}
+
+// RunSchedule injects the planned faults one after another, each at its time from
+// start, until the plan ends or ctx is done, and returns the records.
+func (e *Env) RunSchedule(ctx context.Context, start time.Time, plan []PlannedFault) []FaultRecord {
+	defer e.Restore()
+	var out []FaultRecord
+	for _, f := range plan {
+		if wait := time.Until(start.Add(f.At)); wait > 0 {
+			sleepCtx(ctx, wait)
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		rec := e.Inject(ctx, f)
+		rec.Started = time.Since(start) - rec.Took
+		out = append(out, rec)
+	}
+	return out
+}

@@ -1,0 +1,201 @@
+package chaos
+
+// SQL of the harness: its own instrumentation in the run's schema (the lease log), the
+// naive baseline's schema changes and statements, and the report's queries.
+
+// sqlInstallLeaseLog records every claim, revocation and release of a job (any update
+// that changes its attempt or lease generation) with the database's time, so the report
+// can measure how long a revoked job waited before it ran again. It is the harness's
+// instrumentation, in the run's own schema; the queue never reads it.
+const sqlInstallLeaseLog = `
+CREATE TABLE IF NOT EXISTS chaos_lease_log (
+    id        bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    job_id    bigint      NOT NULL,
+    lease_gen bigint      NOT NULL,
+    attempt   integer     NOT NULL,
+    state     text        NOT NULL,
+    leased_by text,
+    at        timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX IF NOT EXISTS chaos_lease_log_job_idx ON chaos_lease_log (job_id, at);
+CREATE OR REPLACE FUNCTION chaos_lease_log_record() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO chaos_lease_log (job_id, lease_gen, attempt, state, leased_by)
+    SELECT n.id, n.lease_gen, n.attempt, n.state, n.leased_by
+    FROM new_rows n JOIN old_rows o ON o.id = n.id
+    WHERE n.lease_gen <> o.lease_gen OR n.attempt <> o.attempt;
+    RETURN NULL;
+END;
+$$;
+DROP TRIGGER IF EXISTS chaos_lease_log_update ON fenceq_jobs;
+CREATE TRIGGER chaos_lease_log_update
+    AFTER UPDATE ON fenceq_jobs
+    REFERENCING NEW TABLE AS new_rows OLD TABLE AS old_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION chaos_lease_log_record();`
+
+// sqlDropUniqueConstraints turns a migrated schema into the naive baseline's: no
+// business unique constraint is left as a last line of defence.
+const sqlDropUniqueConstraints = `
+ALTER TABLE invoices DROP CONSTRAINT IF EXISTS invoices_customer_period_key;
+ALTER TABLE orders DROP CONSTRAINT IF EXISTS orders_idempotency_key_key;`
+
+const sqlTerminateApp = `
+SELECT pid, pg_terminate_backend(pid) FROM pg_stat_activity
+WHERE application_name = $1 AND pid <> pg_backend_pid()`
+
+const sqlPostmasterStart = `SELECT pg_postmaster_start_time()`
+
+// sqlUnfinishedJobs counts jobs not final, except the kinds $1 (periodic ones).
+const sqlUnfinishedJobs = `
+SELECT count(*) FROM fenceq_jobs
+WHERE state NOT IN ('completed', 'discarded', 'cancelled') AND NOT (kind = ANY($1::text[]))`
+
+// sqlHeldLeases counts the running jobs a worker holds.
+const sqlHeldLeases = `SELECT count(*) FROM fenceq_jobs WHERE state = 'running' AND leased_by = $1`
+
+const sqlPendingOutbox = `SELECT count(*) FROM fenceq_outbox WHERE state = 'pending'`
+
+const sqlWorkerRegistered = `SELECT count(*) FROM fenceq_workers WHERE id = $1`
+
+// Report queries.
+
+const sqlJobsByKindState = `SELECT kind, state, count(*) FROM fenceq_jobs GROUP BY kind, state`
+
+const sqlLeaseEventCounts = `SELECT kind, count(*) FROM fenceq_lease_events GROUP BY kind`
+
+// sqlRevokedWaits: for every revocation, the time until the job was next claimed (a
+// lease log row in state running with a higher generation or attempt), or until now
+// when it was not claimed again and is not final.
+const sqlRevokedWaits = `
+WITH rev AS (
+    SELECT e.job_id, e.lease_gen, e.at FROM fenceq_lease_events e WHERE e.kind = 'revoked'),
+nxt AS (
+    SELECT r.job_id, r.at,
+           (SELECT min(l.at) FROM chaos_lease_log l
+            WHERE l.job_id = r.job_id AND l.state = 'running' AND l.at >= r.at
+              AND l.lease_gen > r.lease_gen) AS claimed_at
+    FROM rev r)
+SELECT count(*) FILTER (WHERE claimed_at IS NOT NULL),
+       COALESCE(extract(epoch FROM max(claimed_at - at)), 0)::float8,
+       count(*) FILTER (WHERE claimed_at IS NULL
+           AND (SELECT state FROM fenceq_jobs j WHERE j.id = nxt.job_id)
+               NOT IN ('completed', 'discarded', 'cancelled'))
+FROM nxt`
+
+// sqlTakeovers counts claims of a job that was still running under another worker's
+// claim: for the naive baseline, which takes expired leases without revoking them (and
+// so records no revocation), these are its takeovers. From the lease log.
+const sqlTakeovers = `
+SELECT count(*) FROM (
+    SELECT l.job_id, l.leased_by,
+           lag(l.leased_by) OVER (PARTITION BY l.job_id ORDER BY l.id) AS prev_by,
+           lag(l.state) OVER (PARTITION BY l.job_id ORDER BY l.id) AS prev_state
+    FROM chaos_lease_log l) x
+WHERE x.prev_state = 'running' AND x.prev_by IS DISTINCT FROM x.leased_by`
+
+const sqlClaimCount = `SELECT count(*) FROM chaos_lease_log WHERE state = 'running'`
+
+const sqlInvoiceCounts = `SELECT count(*), count(DISTINCT (customer_id, period)) FROM invoices`
+
+const sqlOrderCounts = `SELECT count(*), count(DISTINCT idempotency_key) FROM orders`
+
+// sqlMissingInvoices counts (customer, period) pairs billed by the workload without an
+// invoice. $1 periods.
+const sqlMissingInvoices = `
+SELECT count(*) FROM customers c CROSS JOIN unnest($1::text[]) AS p(period)
+WHERE NOT EXISTS (SELECT 1 FROM invoices i WHERE i.customer_id = c.id AND i.period = p.period)`
+
+// sqlMissingOrders counts idempotency keys of the workload without an order. $1 keys.
+const sqlMissingOrders = `
+SELECT count(*) FROM unnest($1::text[]) AS k(key)
+WHERE NOT EXISTS (SELECT 1 FROM orders o WHERE o.idempotency_key = k.key)`
+
+const sqlOutboxCounts = `
+SELECT count(*), count(*) FILTER (WHERE state = 'delivered'), count(*) FILTER (WHERE state = 'failed')
+FROM fenceq_outbox`
+
+const sqlDeliveredKeys = `SELECT dedupe_key FROM fenceq_outbox WHERE state = 'delivered'`
+
+// sqlSleepFirstAttempt: sleep jobs that completed on their first attempt, i.e. kept
+// their lease past its duration by heartbeating.
+const sqlSleepFirstAttempt = `
+SELECT count(*) FILTER (WHERE state = 'completed'),
+       count(*) FILTER (WHERE state = 'completed' AND attempt = 1)
+FROM fenceq_jobs WHERE kind = 'sleep'`
+
+// Naive baseline statements: no generation anywhere.
+
+// sqlNaiveClaim takes one job of any queue that is available (or due) or whose lease
+// expired (like SET NX PX: whoever comes after the expiry gets it), without bumping any
+// generation. $1 worker id, $2 lease (µs).
+const sqlNaiveClaim = `
+UPDATE fenceq_jobs SET state = 'running', leased_by = $1, attempt = attempt + 1,
+    attempted_at = now(), heartbeat_at = now(),
+    lease_expires_at = now() + $2::bigint * interval '1 microsecond'
+WHERE id = (
+    SELECT id FROM fenceq_jobs
+    WHERE run_at <= now()
+      AND (state IN ('available', 'scheduled', 'retryable') OR (state = 'running' AND lease_expires_at < now()))
+    ORDER BY priority, run_at, id
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED)
+RETURNING id, kind, args, attempt`
+
+// sqlNaiveHeartbeat renews the leases by id alone: no holder, no generation.
+const sqlNaiveHeartbeat = `
+UPDATE fenceq_jobs SET heartbeat_at = now(), lease_expires_at = now() + $2::bigint * interval '1 microsecond'
+WHERE id = ANY($1::bigint[])`
+
+const sqlNaiveWorkerBeat = `
+INSERT INTO fenceq_workers (id, host, pid, queues) VALUES ($1, $2, $3, $4)
+ON CONFLICT (id) DO UPDATE SET heartbeat_at = now()`
+
+const sqlNaiveWorkerGone = `DELETE FROM fenceq_workers WHERE id = $1`
+
+// sqlNaiveComplete and sqlNaiveRelease are unconditional: whoever holds the job now,
+// the naive worker's write wins.
+const sqlNaiveComplete = `
+UPDATE fenceq_jobs SET state = 'completed', finished_at = now(), lease_expires_at = NULL WHERE id = $1`
+
+const sqlNaiveRetry = `
+UPDATE fenceq_jobs SET state = 'retryable', run_at = now() + interval '1 second',
+    lease_expires_at = NULL, leased_by = NULL,
+    errors = errors || jsonb_build_array(jsonb_build_object('at', now(), 'error', $2::text))
+WHERE id = $1`
+
+const sqlNaiveRelease = `
+UPDATE fenceq_jobs SET state = 'available', leased_by = NULL, lease_expires_at = NULL WHERE id = $1`
+
+// sqlNaiveFindInvoice is the naive idempotency check: look, then (later) insert.
+const sqlNaiveFindInvoice = `SELECT id FROM invoices WHERE customer_id = $1 AND period = $2 LIMIT 1`
+
+const sqlNaiveUsage = `
+SELECT sku, description, quantity, unit_price_cents FROM usage_records
+WHERE customer_id = $1 AND period = $2 ORDER BY id`
+
+const sqlNaiveCustomer = `SELECT currency, country FROM customers WHERE id = $1`
+
+const sqlNaiveInsertInvoice = `
+INSERT INTO invoices (customer_id, period, currency, subtotal_cents, tax_rate_micros, tax_cents,
+    total_cents, tax_reference, job_id, lease_gen, leased_by)
+VALUES ($1, $2, $3, $4::bigint, $5, $6::bigint, $4::bigint + $6::bigint, $7, $8, 0, $9)
+RETURNING id`
+
+const sqlNaiveInsertLine = `
+INSERT INTO invoice_lines (invoice_id, line_no, sku, description, quantity, unit_price_cents, amount_cents)
+VALUES ($1, $2, $3, $4, $5::bigint, $6::bigint, $5::bigint * $6::bigint)`
+
+const sqlNaiveFindOrder = `SELECT id FROM orders WHERE idempotency_key = $1 LIMIT 1`
+
+const sqlNaiveInsertOrder = `
+INSERT INTO orders (idempotency_key, request_hash, customer_email, currency, total_cents, job_id, lease_gen)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
+RETURNING id`
+
+const sqlNaiveInsertOrderItem = `
+INSERT INTO order_items (order_id, line, sku, quantity, unit_price_cents) VALUES ($1, $2, $3, $4, $5)`
+
+const sqlNaiveOutboxRow = `SELECT topic, dedupe_key, payload FROM fenceq_outbox WHERE id = $1`
+
+const sqlNaiveMarkDelivered = `
+UPDATE fenceq_outbox SET state = 'delivered', delivered_at = now(), attempt = attempt + 1 WHERE id = $1`
