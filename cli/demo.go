@@ -45,13 +45,16 @@ func demoCommand() *ucli.Command {
 			&ucli.BoolFlag{Name: "keep", Usage: "keep the demo schema (and the mail and log files) for inspection"},
 			&ucli.BoolFlag{Name: "verbose", Usage: "print the workers' logs (INFO and up) on stderr; by default only ERROR records"},
 			&ucli.DurationFlag{Name: "timeout", Value: 3 * time.Minute, Usage: "give up after this long"},
+			&ucli.StringFlag{Name: "pg-bin-dir", Usage: "where initdb and pg_ctl live, for the throwaway cluster (default: the newest /usr/lib/postgresql/*/bin, else PATH)"},
+			&ucli.StringFlag{Name: "local-database-url", Value: DefaultDatabaseURL, Hidden: true,
+				Usage: "the local server tried before a throwaway cluster (tests point it elsewhere)"},
 		},
 		Action: demoAction,
 	}
 }
 
-// demoConfig is the demo's shape.
-type demoConfig struct {
+// DemoConfig is the demo's shape.
+type DemoConfig struct {
 	Customers int           `json:"customers"`
 	Workers   int           `json:"workers"`
 	OrderKeys int           `json:"order_keys"`
@@ -76,7 +79,7 @@ func demoAction(c *ucli.Context) error {
 	if err := needArgs(c, 0, 0, "[flags]"); err != nil {
 		return err
 	}
-	cfg := demoConfig{Customers: c.Int("customers"), Workers: c.Int("workers"), OrderKeys: c.Int("order-keys"),
+	cfg := DemoConfig{Customers: c.Int("customers"), Workers: c.Int("workers"), OrderKeys: c.Int("order-keys"),
 		Lease: c.Duration("lease"), Seed: c.Uint64("seed")}
 	switch {
 	case cfg.Customers < 1 || cfg.Customers > 10000:
@@ -202,15 +205,16 @@ func demoDatabase(ctx context.Context, c *ucli.Context, pr *progress) (raw, wher
 		pool.Close()
 		return raw, RedactURL(raw), nil, nil
 	}
+	local := c.String("local-database-url")
 	pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	pool, lerr := openPoolURL(pctx, DefaultDatabaseURL, 1)
+	pool, lerr := openPoolURL(pctx, local, 1)
 	cancel()
 	if lerr == nil {
 		pool.Close()
-		return DefaultDatabaseURL, "the local server " + RedactURL(DefaultDatabaseURL), nil, nil
+		return local, "the local server " + RedactURL(local), nil, nil
 	}
 	pr.say("no PostgreSQL answers at 127.0.0.1:5432; starting a throwaway cluster from this machine's PostgreSQL binaries")
-	cl, err := pgcluster.Start(ctx, pgcluster.Options{})
+	cl, err := pgcluster.Start(ctx, pgcluster.Options{BinDir: c.String("pg-bin-dir")})
 	hint := "point the demo at a server with DATABASE_URL=postgres://USER:PASSWORD@HOST:5432/DB"
 	if errors.Is(err, pgcluster.ErrNoBinaries) {
 		return "", "", nil, fmt.Errorf("the demo needs PostgreSQL: none answers at 127.0.0.1:5432 and no server binaries "+
@@ -287,7 +291,7 @@ type DemoReport struct {
 	Database string     `json:"database"`
 	Schema   string     `json:"schema"`
 	Duration string     `json:"duration"`
-	Config   demoConfig `json:"config"`
+	Config   DemoConfig `json:"config"`
 	Period   string     `json:"period"`
 
 	Invoices      int64 `json:"invoices"`
@@ -295,7 +299,7 @@ type DemoReport struct {
 	Orders        int64 `json:"orders"`
 	OrderEmails   int64 `json:"order_emails_delivered"`
 	// Storm counts the order requests by answer.
-	Storm stormCounts `json:"order_requests"`
+	Storm StormCounts `json:"order_requests"`
 	// MailLines and DistinctMessageIDs read the mail file: a line per delivery attempt
 	// that reached the mailer, and the distinct Message-IDs among them.
 	MailLines          int `json:"mail_file_lines"`
@@ -304,7 +308,7 @@ type DemoReport struct {
 	SlowTaxCalls int64 `json:"tax_calls_longer_than_lease"`
 	TaxCalls     int64 `json:"tax_calls"`
 	// Pause is what happened to the frozen worker.
-	Pause *pauseReport `json:"pause"`
+	Pause *PauseReport `json:"pause"`
 
 	LeasesRevoked       int64 `json:"leases_revoked"`
 	StaleWritesRejected int64 `json:"stale_writes_rejected"`

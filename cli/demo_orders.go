@@ -61,8 +61,8 @@ func (r *demoRun) startOrders(ctx context.Context) (*httpServer, func(), error) 
 	}, nil
 }
 
-// stormCounts counts the order requests by answer.
-type stormCounts struct {
+// StormCounts counts the order requests by answer.
+type StormCounts struct {
 	Requests int64 `json:"requests"`
 	// Created: 201, a new order. Replayed: 201 with Idempotent-Replayed: the same order.
 	Created  int64 `json:"created"`
@@ -76,7 +76,7 @@ type stormCounts struct {
 // storm sends, for each idempotency key, the same order from clientsPerKey clients
 // that retry every retryEvery, as the mobile clients of the incident did, until each has
 // had its answer and sent at least minSendsPerKey requests.
-func (r *demoRun) storm(ctx context.Context, base string) stormCounts {
+func (r *demoRun) storm(ctx context.Context, base string) StormCounts {
 	var requests, created, replayed, inFlight, failed atomic.Int64
 	client := &http.Client{Timeout: 10 * time.Second}
 	var wg sync.WaitGroup
@@ -120,7 +120,7 @@ func (r *demoRun) storm(ctx context.Context, base string) stormCounts {
 		}
 	}
 	wg.Wait()
-	return stormCounts{Requests: requests.Load(), Created: created.Load(), Replayed: replayed.Load(),
+	return StormCounts{Requests: requests.Load(), Created: created.Load(), Replayed: replayed.Load(),
 		InFlight: inFlight.Load(), Failed: failed.Load()}
 }
 

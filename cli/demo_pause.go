@@ -67,11 +67,11 @@ type pauser struct {
 	done    chan struct{}
 
 	mu   sync.Mutex
-	info *pauseReport
+	info *PauseReport
 }
 
-// pauseReport tells what happened to the frozen worker.
-type pauseReport struct {
+// PauseReport tells what happened to the frozen worker.
+type PauseReport struct {
 	Worker     string `json:"worker"`
 	CustomerID int64  `json:"customer_id"`
 	JobID      int64  `json:"job_id"`
@@ -126,7 +126,7 @@ func (p *pauser) freeze(i int, worker string, call invoice.TaxCall) {
 	r := p.r
 	ctx := p.ctx
 	key := invoice.UniqueKey(call.Request.CustomerID, call.Request.Period)
-	info := &pauseReport{Worker: worker, CustomerID: call.Request.CustomerID}
+	info := &PauseReport{Worker: worker, CustomerID: call.Request.CustomerID}
 	var state, holder string
 	if err := r.pool.QueryRow(ctx, sqlDemoJobHolder, key, invoice.Kind).Scan(&info.JobID, &state, &holder, &info.Gen); err != nil {
 		r.pr.say("cannot find the job of customer %d: %v; no pause", call.Request.CustomerID, err)
@@ -182,7 +182,7 @@ func (p *pauser) freeze(i int, worker string, call invoice.TaxCall) {
 }
 
 // report completes the pause's story once the run is over.
-func (p *pauser) report(ctx context.Context) (*pauseReport, error) {
+func (p *pauser) report(ctx context.Context) (*PauseReport, error) {
 	p.mu.Lock()
 	info := p.info
 	p.mu.Unlock()

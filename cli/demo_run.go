@@ -21,7 +21,7 @@ import (
 
 // demoRun is one run of the demo in its schema.
 type demoRun struct {
-	cfg    demoConfig
+	cfg    DemoConfig
 	url    string
 	pool   *pgxpool.Pool
 	log    *slog.Logger
@@ -132,12 +132,12 @@ func (r *demoRun) run(ctx context.Context) (*DemoReport, error) {
 	}
 	r.pr.say("billing run for %s: %d invoice jobs on queue %s", r.period, n, invoice.Queue)
 
-	stormDone := make(chan stormCounts, 1)
+	stormDone := make(chan StormCounts, 1)
 	go func() { stormDone <- r.storm(runCtx, "http://"+srv.Addr) }()
 	r.pr.say("order retry storm: %d idempotency keys, %d clients each, a retry every %s, commits slowed to 400–600 ms",
 		r.cfg.OrderKeys, clientsPerKey, retryEvery)
 
-	var storm *stormCounts
+	var storm *StormCounts
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	var last demoCounts
