@@ -1,0 +1,92 @@
+package diag_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/fenceq/fenceq"
+	"github.com/fenceq/fenceq/internal/dbtest"
+	"github.com/fenceq/fenceq/jobs/diag"
+	"github.com/fenceq/fenceq/queue"
+)
+
+func TestValidateSleep(t *testing.T) {
+	t.Parallel()
+	for args, ok := range map[string]bool{
+		`{"duration": "5s"}`: true, `{"duration": "0s"}`: true, `{}`: true,
+		`{"duration": 5}`: false, `{"duration": "soon"}`: false, `{"duration": "-1s"}`: false, `{"duration": "48h"}`: false,
+	} {
+		if err := diag.ValidateSleep([]byte(args)); (err == nil) != ok {
+			t.Errorf("ValidateSleep(%s) = %v, want ok=%v", args, err, ok)
+		}
+	}
+}
+
+// TestSleepAndNoop runs both kinds on a real worker: noop completes; a long sleep
+// returns as soon as its context is cancelled (the worker stops), and its lease is given
+// back instead of the job being completed.
+func TestSleepAndNoop(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	db := dbtest.New(t)
+	hs := fenceq.NewHandlers()
+	diag.Register(hs)
+	w, err := fenceq.NewWorker(db.Pool, fenceq.Config{Handlers: hs, PollInterval: 50 * time.Millisecond,
+		ShutdownGrace: 5 * time.Second, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	noop, err := fenceq.Enqueue(ctx, db.Pool, diag.NoopArgs{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sleep, err := fenceq.Enqueue(ctx, db.Pool, diag.SleepArgs{Duration: diag.Duration(time.Hour)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(sleep.Job.Args) != `{"duration": "1h0m0s"}` {
+		t.Errorf("sleep args stored as %s", sleep.Job.Args)
+	}
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wait := func(id int64, want queue.State) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			j, err := queue.GetJob(ctx, db.Pool, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if j.State == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("job %d is %s, want %s", id, j.State, want)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	wait(noop.Job.ID, queue.StateCompleted)
+	wait(sleep.Job.ID, queue.StateRunning)
+	stopCtx, cancelStop := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancelStop()
+	start := time.Now()
+	if err := w.Stop(stopCtx); err != nil {
+		t.Fatalf("stop: %v (the sleep handler did not return on cancellation)", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("stop took %s", d)
+	}
+	j, err := queue.GetJob(ctx, db.Pool, sleep.Job.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.State != queue.StateAvailable {
+		t.Fatalf("interrupted sleep job is %s, want available (lease released)", j.State)
+	}
+}
