@@ -56,10 +56,11 @@ func chaosCommand() *ucli.Command {
 			Hidden:          true,
 			SkipFlagParsing: true,
 			Action: func(c *ucli.Context) error {
-				if err := chaos.RunNaiveCommand(c.Context, c.Args().Slice()); err != nil {
+				cfg, err := chaos.ParseNaiveFlags(c.Args().Slice())
+				if err != nil {
 					return usageError{err}
 				}
-				return nil
+				return chaos.RunNaiveWorker(c.Context, cfg)
 			},
 		}},
 	}

@@ -145,6 +145,9 @@ type Env struct {
 
 	ownsSchema bool
 	serverURL  string
+
+	mu    sync.Mutex
+	until time.Time // faults stop waiting for work then (see RunSchedule)
 }
 
 // Worker is one worker slot: a process (restarted after kills) behind its own fault

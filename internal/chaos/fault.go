@@ -40,11 +40,6 @@ const (
 var AllFaults = []FaultType{FaultPause, FaultKill, FaultTerminate, FaultBlackhole, FaultReset,
 	FaultLatency, FaultCommitDrop, FaultPGRestart}
 
-// needsProxy reports whether the fault is injected by a worker's proxy.
-func (f FaultType) needsProxy() bool {
-	return f == FaultBlackhole || f == FaultReset || f == FaultLatency || f == FaultCommitDrop
-}
-
 // ParseFaults reads a comma-separated list of fault types; "all" means every one.
 func ParseFaults(s string) ([]FaultType, error) {
 	s = strings.TrimSpace(s)

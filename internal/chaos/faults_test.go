@@ -84,3 +84,25 @@ func TestPostgresRestart(t *testing.T) {
 	requireFired(t, rep, FaultPGRestart)
 	requirePass(t, rep)
 }
+
+// TestNaiveRunReportsDuplicates runs the naive baseline under the same kind of run and
+// the same faults: the verifier must find duplicates, or it proves nothing.
+func TestNaiveRunReportsDuplicates(t *testing.T) {
+	t.Parallel()
+	rep := runChaos(t, Config{
+		Env:      EnvConfig{Workers: 3, Concurrency: 3, Naive: true},
+		Workload: faultWorkload,
+		Seed:     42, Duration: 10 * time.Second, Faults: []FaultType{FaultPause},
+	})
+	requireFired(t, rep, FaultPause)
+	if rep.Pass || rep.Duplicates == 0 {
+		t.Fatalf("the naive baseline passed with %d duplicates; the verifier cannot tell it from fenceq", rep.Duplicates)
+	}
+	if rep.Verify.Duplicates() == 0 {
+		t.Fatal("internal/verify found no duplicate although the report counts some")
+	}
+	// Sleep jobs outlast the naive lease, which nothing renews: others take them over.
+	if rep.Takeovers == 0 {
+		t.Fatal("no naive lease was taken over although sleep jobs outlast it")
+	}
+}

@@ -117,7 +117,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	deadline := start.Add(cfg.Duration)
 	wlErr := make(chan error, 1)
 	go func() { wlErr <- wl.Run(ctx, deadline) }()
-	records := env.RunSchedule(ctx, start, plan)
+	records := env.RunSchedule(ctx, start, plan, env.cfg.Lease/2, deadline.Add(env.cfg.Lease))
 	if err := <-wlErr; err != nil {
 		return nil, err
 	}

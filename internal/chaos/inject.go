@@ -191,6 +191,9 @@ func (e *Env) commitDrop(ctx context.Context, w *Worker) (string, error) {
 	w.Proxy.DropCommitReplies(1)
 	defer w.Proxy.DropCommitReplies(0)
 	deadline := time.Now().Add(commitDropWait)
+	if lim := e.waitLimit(); !lim.IsZero() && lim.Before(deadline) {
+		deadline = lim
+	}
 	for {
 		if drops := w.Proxy.CommitDrops(); len(drops) > before {
 			d := drops[len(drops)-1]
@@ -247,19 +250,37 @@ func (e *Env) Restore() {
 
 // RunSchedule injects the planned faults one after another, each at its time from
 // start, until the plan ends or ctx is done, and returns the records.
-func (e *Env) RunSchedule(ctx context.Context, start time.Time, plan []PlannedFault) []FaultRecord {
+// A fault that starts late (the previous one ran long) still waits minGap after the
+// previous one ended. Waiting for a COMMIT to drop stops at until (when the work
+// stops), if not zero.
+func (e *Env) RunSchedule(ctx context.Context, start time.Time, plan []PlannedFault, minGap time.Duration, until time.Time) []FaultRecord {
 	defer e.Restore()
+	e.mu.Lock()
+	e.until = until
+	e.mu.Unlock()
 	var out []FaultRecord
+	var lastEnd time.Time
 	for _, f := range plan {
-		if wait := time.Until(start.Add(f.At)); wait > 0 {
+		at := start.Add(f.At)
+		if next := lastEnd.Add(minGap); at.Before(next) {
+			at = next
+		}
+		if wait := time.Until(at); wait > 0 {
 			sleepCtx(ctx, wait)
 		}
 		if ctx.Err() != nil {
 			break
 		}
 		rec := e.Inject(ctx, f)
+		lastEnd = time.Now()
 		rec.Started = time.Since(start) - rec.Took
 		out = append(out, rec)
 	}
 	return out
+}
+
+func (e *Env) waitLimit() time.Time {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.until
 }

@@ -475,12 +475,6 @@ func (r *lockedRand) duration(max time.Duration) time.Duration {
 	return time.Duration(r.rng.Int64N(int64(max) + 1))
 }
 
-func (r *lockedRand) intN(n int) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.rng.IntN(n)
-}
-
 // RunNaiveCommand parses a naive worker's command line (see ParseNaiveFlags) and runs
 // the worker until ctx is done: the body of `fenceq chaos naive-worker`.
 func RunNaiveCommand(ctx context.Context, args []string) error {

@@ -321,6 +321,9 @@ func (r *Report) judge() {
 	if r.Lost > 0 {
 		r.Failures = append(r.Failures, fmt.Sprintf("%d lost", r.Lost))
 	}
+	if r.Mode == "fenced" && r.Takeovers > 0 {
+		r.Failures = append(r.Failures, fmt.Sprintf("%d claims of a job still running under another lease", r.Takeovers))
+	}
 	for _, f := range r.Faults {
 		if f.Scheduled > 0 && f.Fired == 0 {
 			r.Failures = append(r.Failures, fmt.Sprintf("fault %s was scheduled %d times and never fired", f.Type, f.Scheduled))

@@ -87,11 +87,11 @@ FROM nxt`
 // so records no revocation), these are its takeovers. From the lease log.
 const sqlTakeovers = `
 SELECT count(*) FROM (
-    SELECT l.job_id, l.leased_by,
+    SELECT l.job_id, l.leased_by, l.state,
            lag(l.leased_by) OVER (PARTITION BY l.job_id ORDER BY l.id) AS prev_by,
            lag(l.state) OVER (PARTITION BY l.job_id ORDER BY l.id) AS prev_state
     FROM chaos_lease_log l) x
-WHERE x.prev_state = 'running' AND x.prev_by IS DISTINCT FROM x.leased_by`
+WHERE x.state = 'running' AND x.prev_state = 'running' AND x.prev_by IS DISTINCT FROM x.leased_by`
 
 const sqlClaimCount = `SELECT count(*) FROM chaos_lease_log WHERE state = 'running'`
 

@@ -134,9 +134,9 @@ type Workload struct {
 	keys   []string
 	jobIDs []int64
 
-	storms   sync.WaitGroup
-	stormCtx context.Context
-	stopStorm context.CancelFunc
+	storms                                                                                sync.WaitGroup
+	stormCtx                                                                              context.Context
+	stopStorm                                                                             context.CancelFunc
 	created, replayed, inflight, rejected, errs5xx, netErr, requests, unanswered, retries atomic.Int64
 }
 
