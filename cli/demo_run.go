@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
@@ -144,8 +145,12 @@ func (r *demoRun) run(ctx context.Context) (*DemoReport, error) {
 	for i := 0; ; i++ {
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("demo: gave up after %s: %d of %d invoices, %d of %d orders, %d emails pending (see --timeout)",
-				time.Since(r.pr.start).Round(time.Second), last.invoices, r.cfg.Customers, last.orders, r.cfg.OrderKeys, last.pending)
+			why := "gave up after " + time.Since(r.pr.start).Round(time.Second).String() + " (see --timeout)"
+			if errors.Is(ctx.Err(), context.Canceled) {
+				why = "interrupted"
+			}
+			return nil, fmt.Errorf("demo: %s: %d of %d invoices, %d of %d orders, %d emails pending",
+				why, last.invoices, r.cfg.Customers, last.orders, r.cfg.OrderKeys, last.pending)
 		case s := <-stormDone:
 			storm = &s
 			r.pr.say("order storm over: %d requests, %d created, %d replayed, %d told to retry",
