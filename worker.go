@@ -51,6 +51,11 @@ type queueLoop struct {
 	name string
 	max  int
 	wake chan struct{}
+	// cursor is where the last claim ended in claim order and lookedBehind when the
+	// queue was last claimed from the start of the order. Only the queue's claim loop
+	// touches them.
+	cursor       *queue.ClaimCursor
+	lookedBehind time.Time
 }
 
 func (q *queueLoop) poke() {
@@ -292,13 +297,28 @@ func (w *Worker) claimOnce(ctx context.Context, ql *queueLoop) bool {
 		return false
 	}
 	sent := time.Now()
+	// Claim after the position where the last claim ended, so the claim does not walk the
+	// dead index entries of the jobs claimed before it (bench drain with an idle
+	// transaction holding the horizon: each claim from the start re-read them all). Jobs
+	// that become available behind the cursor are claimed from the start of the order,
+	// which happens at least once per PollInterval and whenever there is no cursor.
+	after := ql.cursor
+	if after != nil && sent.Sub(ql.lookedBehind) >= w.cfg.PollInterval {
+		after = nil
+	}
 	rows, err := queue.Claim(ctx, w.pool, queue.ClaimParams{
-		Queue: ql.name, WorkerID: w.cfg.ID, Limit: limit, Lease: w.cfg.LeaseDuration})
+		Queue: ql.name, WorkerID: w.cfg.ID, Limit: limit, Lease: w.cfg.LeaseDuration, After: after})
 	if err != nil {
 		if ctx.Err() == nil {
 			w.log.Warn("claim failed", "queue", ql.name, "err", err)
 		}
 		return false
+	}
+	if after == nil {
+		ql.cursor, ql.lookedBehind = nil, sent
+	}
+	if c := queue.CursorAfter(rows); c != nil && (ql.cursor == nil || ql.cursor.Less(*c)) {
+		ql.cursor = c
 	}
 	for _, row := range rows {
 		w.startExecution(row, sent)

@@ -17,6 +17,49 @@ type ClaimParams struct {
 	Limit int
 	// Lease is how long the lease lasts without a heartbeat.
 	Lease time.Duration
+	// After, when set, claims only jobs after this position in claim order (priority,
+	// run_at, id). See ClaimCursor.
+	After *ClaimCursor
+}
+
+// ClaimCursor is a position in claim order: priority, then run_at, then id.
+//
+// Every claimed job leaves a dead entry among the available ones in the claim index,
+// ahead of the jobs still waiting, until VACUUM removes it (and none can be removed
+// while an old transaction holds the horizon). A claim from the start of the order
+// walks all of them; a claim after the position where the previous claim ended starts
+// past them. Jobs that
+// become available behind a cursor (released, reaped or retried jobs with an old run_at,
+// a job of a more urgent priority) are only seen by a claim without a cursor: a claimer
+// using cursors must also claim without one regularly.
+type ClaimCursor struct {
+	Priority int16
+	RunAt    time.Time
+	ID       int64
+}
+
+// Less reports whether c comes before d in claim order.
+func (c ClaimCursor) Less(d ClaimCursor) bool {
+	if c.Priority != d.Priority {
+		return c.Priority < d.Priority
+	}
+	if !c.RunAt.Equal(d.RunAt) {
+		return c.RunAt.Before(d.RunAt)
+	}
+	return c.ID < d.ID
+}
+
+// CursorAfter returns the position of the last of jobs in claim order, or nil for none:
+// the cursor for the next claim.
+func CursorAfter(jobs []*JobRow) *ClaimCursor {
+	var last *ClaimCursor
+	for _, j := range jobs {
+		c := ClaimCursor{Priority: j.Priority, RunAt: j.RunAt, ID: j.ID}
+		if last == nil || last.Less(c) {
+			last = &c
+		}
+	}
+	return last
 }
 
 // Claim leases up to Limit available jobs of one queue to a worker. Each claimed job's
@@ -30,7 +73,13 @@ func Claim(ctx context.Context, db DBTX, p ClaimParams) ([]*JobRow, error) {
 	if p.Lease <= 0 {
 		return nil, invalid("lease", "%s must be positive", p.Lease)
 	}
-	rows, err := db.Query(ctx, sqlClaim, p.Queue, p.Limit, p.WorkerID, micros(p.Lease))
+	var rows pgx.Rows
+	var err error
+	if a := p.After; a != nil {
+		rows, err = db.Query(ctx, sqlClaimAfter, p.Queue, p.Limit, p.WorkerID, micros(p.Lease), a.Priority, a.RunAt, a.ID)
+	} else {
+		rows, err = db.Query(ctx, sqlClaim, p.Queue, p.Limit, p.WorkerID, micros(p.Lease))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("claim jobs in queue %q: %w", p.Queue, err)
 	}
