@@ -14,9 +14,12 @@ import (
 // side with River (--vs river) and, for drain, with the bare-SQL ceiling.
 func benchCommand() *ucli.Command {
 	return &ucli.Command{
-		Name:      "bench",
-		Usage:     "measure throughput and latency, optionally side by side with River",
-		ArgsUsage: "WORKLOAD",
+		Name: "bench",
+		// A leaf command: no `help` subcommand (urfave/cli shares that one command value
+		// between apps, and setting it up is a data race between in-process runs).
+		HideHelpCommand: true,
+		Usage:           "measure throughput and latency, optionally side by side with River",
+		ArgsUsage:       "WORKLOAD",
 		Description: "WORKLOAD is one of:\n" +
 			"  insert   COPY batches of 5,000 (--jobs) and single-row inserts (--jobs/10), jobs/s\n" +
 			"  drain    work down --jobs pre-inserted no-op jobs, jobs/s (with the bare-SQL ceiling)\n" +
@@ -45,6 +48,7 @@ func benchCommand() *ucli.Command {
 			&ucli.BoolFlag{Name: "no-ceiling", Usage: "drain: skip the bare-SQL ceiling"},
 			&ucli.IntFlag{Name: "ceiling-claimers", Usage: "concurrent claimers of the bare-SQL ceiling (default 2)"},
 			&ucli.IntFlag{Name: "claim-batch", Usage: "fenceq ClaimBatchSize (default: the engine's)"},
+			&ucli.BoolFlag{Name: "trace-sql", Usage: "after each run, print its statements by total time on stderr"},
 			&ucli.BoolFlag{Name: "quiet", Usage: "no progress lines on stderr"},
 			&ucli.BoolFlag{Name: "verbose", Usage: "show the systems' own warnings on stderr"},
 		},
@@ -67,6 +71,7 @@ func benchCommand() *ucli.Command {
 				Retained:        c.Int("retained"),
 				IdleXact:        c.Duration("idle-xact"),
 				ClaimBatch:      c.Int("claim-batch"),
+				TraceSQL:        c.Bool("trace-sql"),
 			}
 			if !c.Bool("quiet") {
 				cfg.Progress = stderr(c)

@@ -16,6 +16,10 @@ import (
 
 // runBench runs `fenceq bench …` in-process, adding the bench command to the app if
 // it is not wired in yet.
+//
+// The bench tests do not run in parallel: urfave/cli v2 sets up its shared help flag on
+// every run, a data race between concurrent in-process runs (the race detector says so),
+// and Go runs non-parallel tests before any parallel one.
 func runBench(t *testing.T, args ...string) (string, string, int) {
 	t.Helper()
 	var out, errOut bytes.Buffer
@@ -41,7 +45,6 @@ func runBench(t *testing.T, args ...string) (string, string, int) {
 }
 
 func TestBenchDrainJSON(t *testing.T) {
-	t.Parallel()
 	out, errOut, code := runBench(t, "drain", "--jobs", "300", "--workers", "20", "--conns", "3",
 		"--runs", "1", "--vs", "river", "--json", "--database-url", dbtest.BaseURL())
 	if code != ExitOK {
@@ -66,7 +69,6 @@ func TestBenchDrainJSON(t *testing.T) {
 }
 
 func TestBenchTextTable(t *testing.T) {
-	t.Parallel()
 	out, errOut, code := runBench(t, "fenced", "--jobs", "100", "--workers", "10", "--conns", "2",
 		"--runs", "1", "--quiet", "--database-url", dbtest.BaseURL())
 	if code != ExitOK {
@@ -83,7 +85,6 @@ func TestBenchTextTable(t *testing.T) {
 }
 
 func TestBenchUsageErrors(t *testing.T) {
-	t.Parallel()
 	for _, tc := range []struct {
 		args []string
 		want string

@@ -31,12 +31,21 @@ func (s *ceilingSystem) name() string     { return SystemCeiling }
 func (s *ceilingSystem) jobTable() string { return "fenceq_jobs" }
 
 func (s *ceilingSystem) describe() string {
-	return fmt.Sprintf("bare SQL on fenceq_jobs: %d claimers, each looping claim (LIMIT %d, SKIP LOCKED, "+
-		"lease_gen + 1) then one batched fenced completion (unnest(ids, gens), lease_gen = gen); pool of %d conns",
+	return fmt.Sprintf("bare SQL on fenceq_jobs with DESIGN.md's full claim index (state, queue, priority, run_at, id): "+
+		"%d claimers, each looping DESIGN.md's claim (LIMIT %d, SKIP LOCKED, lease_gen + 1) then one batched fenced "+
+		"completion (unnest(ids, gens), lease_gen = gen); pool of %d conns",
 		s.cfg.CeilingClaimers, ceilingBatch, s.cfg.Conns)
 }
 
-func (s *ceilingSystem) setup(ctx context.Context, e *env) error { return migrations.Up(ctx, e.pool) }
+func (s *ceilingSystem) setup(ctx context.Context, e *env) error {
+	if err := migrations.Up(ctx, e.pool); err != nil {
+		return err
+	}
+	if _, err := e.admin.Exec(ctx, sqlCeilingIndex); err != nil {
+		return fmt.Errorf("create the full claim index: %w", err)
+	}
+	return nil
+}
 
 func (s *ceilingSystem) insertBatch(ctx context.Context, e *env, kind string, seqs []int64) error {
 	return s.fq.insertBatch(ctx, e, kind, seqs)

@@ -96,6 +96,9 @@ type Config struct {
 	ClaimBatch int
 	// Progress receives a line per second during long phases; nil prints nothing.
 	Progress io.Writer
+	// TraceSQL prints to Progress, after each run, the statements of the measured phase
+	// by total time.
+	TraceSQL bool
 	// Logger receives the systems' own logs; defaults to warnings and errors on
 	// stderr-less discard.
 	Logger *slog.Logger
@@ -211,6 +214,7 @@ type env struct {
 	url    string // with search_path
 	pool   *pgxpool.Pool
 	admin  *pgx.Conn
+	trace  *sqlTrace // set by reopenPool when cfg.TraceSQL
 }
 
 func newEnv(ctx context.Context, cfg Config, sys string) (*env, error) {
@@ -246,6 +250,11 @@ func (e *env) reopenPool(ctx context.Context) error {
 		return fmt.Errorf("parse database url: %w", err)
 	}
 	pcfg.MaxConns = int32(e.cfg.Conns)
+	e.trace = nil
+	if e.cfg.TraceSQL {
+		e.trace = newSQLTrace()
+		pcfg.ConnConfig.Tracer = e.trace
+	}
 	if e.pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
 		return fmt.Errorf("open pool: %w", err)
 	}

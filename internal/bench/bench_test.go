@@ -294,3 +294,17 @@ func TestPercentileNearestRank(t *testing.T) {
 		t.Errorf("summarize = %+v, want median 2 and max/min 4", s)
 	}
 }
+
+func TestTraceSQLShowsTheStatementsOfTheRun(t *testing.T) {
+	t.Parallel()
+	cfg := tiny(WorkloadDrain)
+	var progress bytes.Buffer
+	cfg.Jobs, cfg.TraceSQL, cfg.Progress = 200, true, &progress
+	run(t, cfg)
+	out := progress.String()
+	for _, want := range []string{"fenceq run 1: statements by total time", "WITH next AS", "unnest($1::bigint[]"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("trace lacks %q:\n%s", want, out)
+		}
+	}
+}

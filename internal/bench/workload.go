@@ -121,6 +121,9 @@ func runOnce(ctx context.Context, cfg Config, s system, idx int) (*RunResult, er
 	if err != nil {
 		return nil, err
 	}
+	if e.trace != nil {
+		e.trace.write(cfg.Progress, fmt.Sprintf("%s run %d", s.name(), idx), 8)
+	}
 	e.closePool()
 	after, err := settledSample(ctx, e.admin, s.jobTable())
 	if err != nil {
