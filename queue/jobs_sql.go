@@ -76,6 +76,11 @@ RETURNING ` + jobColumns
 // sqlHeartbeat renews every lease a process holds in one statement and heartbeats the
 // worker row. $1 ids, $2 generations, $3 lease (µs), $4 worker id.
 //
+// The state tests are written "IS NOT DISTINCT FROM" so that rows are looked up by id
+// (see sqlCompleteMany). The held and renewed ids are aggregated apart (every renewed
+// lease is also held): joining them was a nested loop, quadratic in the leases (1.2 of
+// the 1.7 ms of a 100-lease heartbeat).
+//
 // Rows locked by someone else right now (this process's own fenced commit, the reaper,
 // an operator) are skipped rather than waited for, so one long transaction cannot stall
 // the renewal of every other lease. Such a lease is reported as held-but-not-renewed
@@ -84,22 +89,21 @@ const sqlHeartbeat = `
 WITH l AS (SELECT * FROM unnest($1::bigint[], $2::bigint[]) AS l(lid, lgen)),
 held AS (
     SELECT j.id FROM fenceq_jobs j JOIN l ON j.id = l.lid
-    WHERE j.lease_gen = l.lgen AND j.state = 'running'),
+    WHERE j.lease_gen = l.lgen AND j.state IS NOT DISTINCT FROM 'running'),
 lk AS (
     SELECT j.id AS lk_id, l.lgen AS lk_gen FROM fenceq_jobs j JOIN l ON j.id = l.lid
-    WHERE j.lease_gen = l.lgen AND j.state = 'running'
+    WHERE j.lease_gen = l.lgen AND j.state IS NOT DISTINCT FROM 'running'
     ORDER BY j.id
     FOR NO KEY UPDATE OF j SKIP LOCKED),
 upd AS (
     UPDATE fenceq_jobs j
     SET heartbeat_at = now(), lease_expires_at = now() + $3::bigint * interval '1 microsecond'
-    FROM lk WHERE j.id = lk.lk_id AND j.lease_gen = lk.lk_gen AND j.state = 'running'
+    FROM lk WHERE j.id = lk.lk_id AND j.lease_gen = lk.lk_gen AND j.state IS NOT DISTINCT FROM 'running'
     RETURNING j.id),
 w AS (UPDATE fenceq_workers SET heartbeat_at = now() WHERE id = $4 RETURNING id)
-SELECT COALESCE(array_agg(held.id), '{}')::bigint[],
-       COALESCE(array_agg(upd.id) FILTER (WHERE upd.id IS NOT NULL), '{}')::bigint[],
-       (SELECT count(*) FROM w)
-FROM held LEFT JOIN upd ON upd.id = held.id`
+SELECT (SELECT COALESCE(array_agg(id), '{}') FROM held)::bigint[],
+       (SELECT COALESCE(array_agg(id), '{}') FROM upd)::bigint[],
+       (SELECT count(*) FROM w)`
 
 // staleWrite is appended to every single-lease write: when the guarded UPDATE matched
 // nothing, the rejection is recorded in the same statement. $1 id, $2 gen, $3 worker.

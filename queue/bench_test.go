@@ -1,0 +1,124 @@
+package queue_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/fenceq/fenceq/internal/dbtest"
+	"github.com/fenceq/fenceq/queue"
+)
+
+// Benchmarks of the engine's hot paths, each in its own schema. Run with
+//
+//	go test -run '^$' -bench . -benchtime 2s ./queue/
+//
+// They measure one statement's round trip on the test server, so compare them on the
+// same machine only; `fenceq bench` measures whole workloads.
+
+func benchDB(b *testing.B) (*dbtest.DB, context.Context) {
+	b.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	b.Cleanup(cancel)
+	return dbtest.New(b, dbtest.Options{MaxConns: 4}), ctx
+}
+
+func fill(b *testing.B, db *dbtest.DB, ctx context.Context, n int) {
+	b.Helper()
+	ps := make([]queue.InsertParams, n)
+	for i := range ps {
+		ps[i] = queue.InsertParams{Kind: "bench", Args: []byte(fmt.Sprintf(`{"n":%d}`, i))}
+	}
+	for len(ps) > 0 {
+		k := min(len(ps), 5000)
+		if _, err := queue.InsertMany(ctx, db.Pool, ps[:k]); err != nil {
+			b.Fatalf("fill: %v", err)
+		}
+		ps = ps[k:]
+	}
+	if _, err := db.Pool.Exec(ctx, `ANALYZE fenceq_jobs`); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// BenchmarkClaimCompleteMany claims a batch of 100 jobs and completes them with one
+// fenced CompleteMany; reported per job.
+func BenchmarkClaimCompleteMany(b *testing.B) {
+	db, ctx := benchDB(b)
+	const batch = 100
+	fill(b, db, ctx, b.N*batch)
+	b.ResetTimer()
+	var cursor *queue.ClaimCursor
+	for range b.N {
+		jobs, err := queue.Claim(ctx, db.Pool, queue.ClaimParams{Queue: queue.DefaultQueue, WorkerID: "bench",
+			Limit: batch, Lease: time.Minute, After: cursor})
+		if err != nil || len(jobs) != batch {
+			b.Fatalf("claim: %d jobs, %v", len(jobs), err)
+		}
+		cursor = queue.CursorAfter(jobs)
+		leases := make([]queue.Lease, len(jobs))
+		for i, j := range jobs {
+			leases[i] = j.Lease()
+		}
+		lost, err := queue.CompleteMany(ctx, db.Pool, "bench", leases)
+		if err != nil || len(lost) != 0 {
+			b.Fatalf("complete: lost %d, %v", len(lost), err)
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*batch), "ns/job")
+}
+
+// BenchmarkInsert enqueues one job per statement.
+func BenchmarkInsert(b *testing.B) {
+	db, ctx := benchDB(b)
+	b.ResetTimer()
+	for i := range b.N {
+		if _, err := queue.Insert(ctx, db.Pool, queue.InsertParams{Kind: "bench", Args: []byte(fmt.Sprintf(`{"n":%d}`, i))}); err != nil {
+			b.Fatalf("insert: %v", err)
+		}
+	}
+}
+
+// BenchmarkInsertManyCOPY enqueues batches of 1,000 jobs with COPY; reported per job.
+func BenchmarkInsertManyCOPY(b *testing.B) {
+	db, ctx := benchDB(b)
+	const batch = 1000
+	ps := make([]queue.InsertParams, batch)
+	for i := range ps {
+		ps[i] = queue.InsertParams{Kind: "bench", Args: []byte(fmt.Sprintf(`{"n":%d}`, i))}
+	}
+	b.ResetTimer()
+	for range b.N {
+		if n, err := queue.InsertMany(ctx, db.Pool, ps); err != nil || n != batch {
+			b.Fatalf("insert many: %d, %v", n, err)
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*batch), "ns/job")
+}
+
+// BenchmarkHeartbeat100 renews 100 leases in one statement.
+func BenchmarkHeartbeat100(b *testing.B) {
+	db, ctx := benchDB(b)
+	fill(b, db, ctx, 100)
+	if err := queue.RegisterWorker(ctx, db.Pool, "bench", "host", 1, []string{queue.DefaultQueue}); err != nil {
+		b.Fatal(err)
+	}
+	jobs, err := queue.Claim(ctx, db.Pool, queue.ClaimParams{Queue: queue.DefaultQueue, WorkerID: "bench", Limit: 100, Lease: time.Minute})
+	if err != nil || len(jobs) != 100 {
+		b.Fatalf("claim: %d, %v", len(jobs), err)
+	}
+	leases := make([]queue.Lease, len(jobs))
+	for i, j := range jobs {
+		leases[i] = j.Lease()
+	}
+	b.ResetTimer()
+	for range b.N {
+		res, err := queue.Heartbeat(ctx, db.Pool, "bench", leases, time.Minute)
+		if err != nil || len(res.Renewed) != 100 {
+			b.Fatalf("heartbeat: %d renewed, %v", len(res.Renewed), err)
+		}
+	}
+}
