@@ -28,7 +28,7 @@ func chaosCommand() *ucli.Command {
 			"Exit status 0 only when nothing was duplicated or lost and every scheduled fault type fired.\n" +
 			"With --naive the same run uses the naive baseline (no lease generation, unconditional\n" +
 			"release, check-then-insert, no unique constraints): it is expected to report duplicates.",
-		Flags: []ucli.Flag{
+		Flags: append([]ucli.Flag{
 			&ucli.DurationFlag{Name: "duration", Value: time.Minute, Usage: "how long work is issued and faults injected"},
 			&ucli.Int64Flag{Name: "seed", Usage: "seed of the fault schedule and the workload (default: from the clock, printed)"},
 			&ucli.IntFlag{Name: "workers", Value: 3, Usage: "worker processes"},
@@ -42,13 +42,16 @@ func chaosCommand() *ucli.Command {
 			&ucli.IntFlag{Name: "customers", Value: 20, Usage: "customers seeded and billed per wave"},
 			&ucli.IntFlag{Name: "order-keys", Value: 8, Usage: "idempotency keys of the order storm per wave"},
 			&ucli.IntFlag{Name: "sleep-jobs", Value: 3, Usage: "sleep jobs longer than the lease per wave"},
+			&ucli.StringFlag{Name: "worker-database-url", Usage: "what the workers connect to instead, e.g. a PgBouncer " +
+				"whose server connections select the run's schema (then also pass --database-url with that search_path)"},
+			&ucli.BoolFlag{Name: "no-listen", Usage: "workers poll without LISTEN/NOTIFY (needed behind PgBouncer in transaction mode)"},
 			&ucli.StringFlag{Name: "log-dir", Usage: "directory for the workers' logs and mail files (default: a new temporary one)"},
 			&ucli.BoolFlag{Name: "keep-schema", Usage: "keep the run's schema for inspection"},
 			&ucli.BoolFlag{Name: "fault-log", Value: true, Usage: "print every injected fault with its proof"},
 			&ucli.StringFlag{Name: flagDatabaseURL, EnvVars: []string{"DATABASE_URL"}, Value: DefaultDatabaseURL,
 				Usage: "PostgreSQL server to run on (a new schema is created and dropped)"},
 			&ucli.BoolFlag{Name: flagJSON, Usage: "print the report as JSON"},
-		},
+		}, logFlags()...),
 		Action: chaosAction,
 		Subcommands: []*ucli.Command{{
 			Name:            "naive-worker",
@@ -107,13 +110,16 @@ func chaosAction(c *ucli.Context) error {
 		Env: chaos.EnvConfig{Binary: self, DatabaseURL: dbURL(c), OwnCluster: c.Bool("own-cluster"),
 			Workers: c.Int("workers"), Naive: c.Bool("naive"), Lease: lease, Heartbeat: lease / 4,
 			Reaper: lease / 4, Concurrency: c.Int("concurrency"), LogDir: c.String("log-dir"),
-			KeepSchema: c.Bool("keep-schema"), Logger: log},
+			KeepSchema: c.Bool("keep-schema"), WorkerDatabaseURL: c.String("worker-database-url"), Logger: log},
 		Workload: chaos.WorkloadConfig{WaveEvery: c.Duration("wave-every"), Customers: c.Int("customers"),
 			OrderKeys: c.Int("order-keys"), SleepJobs: c.Int("sleep-jobs")},
 		Seed: seed, Duration: c.Duration("duration"), Faults: faults, Settle: c.Duration("settle"), Logger: log,
 	}
 	if cfg.Env.OwnCluster {
 		cfg.Env.DatabaseURL = ""
+	}
+	if c.Bool("no-listen") {
+		cfg.Env.WorkerArgs = append(cfg.Env.WorkerArgs, "--no-listen")
 	}
 	for _, f := range faults {
 		if f == chaos.FaultPGRestart && !cfg.Env.OwnCluster {

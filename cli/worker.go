@@ -36,6 +36,7 @@ func workerCommand() *ucli.Command {
 			&ucli.StringFlag{Name: "id", Usage: "worker id (default host-pid-random)"},
 			&ucli.IntFlag{Name: "max-conns", Value: 10, Usage: "database connections of this process"},
 			&ucli.DurationFlag{Name: "retention", Value: 24 * time.Hour, Usage: "how long finished jobs are kept (negative: forever)"},
+			&ucli.BoolFlag{Name: "no-listen", Usage: "no LISTEN/NOTIFY wake-ups, only --poll (for PgBouncer in transaction pooling mode)"},
 		}, append(businessFlags(), logFlags()...)...),
 		Action: workerAction,
 	}
@@ -93,7 +94,7 @@ func workerAction(c *ucli.Context) error {
 		Handlers: hs, Queues: qcfg, ID: c.String("id"),
 		LeaseDuration: c.Duration("lease"), HeartbeatInterval: c.Duration("heartbeat"),
 		ReaperInterval: c.Duration("reaper"), PollInterval: c.Duration("poll"),
-		RetentionPeriod: c.Duration("retention"), Logger: log, Observer: m,
+		RetentionPeriod: c.Duration("retention"), DisableListen: c.Bool("no-listen"), Logger: log, Observer: m,
 	})
 	if err != nil {
 		return usageError{err}

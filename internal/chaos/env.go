@@ -40,6 +40,11 @@ type EnvConfig struct {
 	// OwnCluster starts a throwaway PostgreSQL cluster (internal/pgcluster) instead of
 	// using DatabaseURL: the harness can then restart PostgreSQL.
 	OwnCluster bool
+	// WorkerDatabaseURL, when set, is what the worker processes connect to (through
+	// their fault proxies) instead of the run's schema URL: e.g. a PgBouncer in front of
+	// the same database whose server connections select the run's schema. The harness
+	// itself keeps using DatabaseURL directly.
+	WorkerDatabaseURL string
 	// Workers is the number of worker processes. Defaults to 3.
 	Workers int
 	// Naive runs the naive baseline worker instead of `fenceq worker`, on a schema whose
@@ -251,13 +256,23 @@ func NewEnv(ctx context.Context, cfg EnvConfig) (e *Env, err error) {
 	}
 
 	upstream := net.JoinHostPort(u.Hostname(), portOf(u))
+	workerURL := e.URL
+	if cfg.WorkerDatabaseURL != "" {
+		wu, err := url.Parse(cfg.WorkerDatabaseURL)
+		if err != nil || (wu.Scheme != "postgres" && wu.Scheme != "postgresql") {
+			return e, fmt.Errorf("chaos: worker database URL %s: want the postgres://user@host:port/db form",
+				redactURL(cfg.WorkerDatabaseURL))
+		}
+		upstream = net.JoinHostPort(wu.Hostname(), portOf(wu))
+		workerURL = cfg.WorkerDatabaseURL
+	}
 	for i := 0; i < cfg.Workers; i++ {
 		w := &Worker{env: e, Slot: i, Name: fmt.Sprintf("w%d", i+1)}
 		w.AppName = "fenceq-" + e.Token + "-" + w.Name
 		if w.Proxy, err = faultproxy.New(upstream); err != nil {
 			return e, fmt.Errorf("chaos: proxy for %s: %w", w.Name, err)
 		}
-		wu, _ := url.Parse(e.URL)
+		wu, _ := url.Parse(workerURL)
 		wu.Host = w.Proxy.Addr()
 		wq := wu.Query()
 		wq.Set("application_name", w.AppName)

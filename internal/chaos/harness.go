@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"slices"
 	"time"
 
@@ -147,6 +149,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	rep.Settle = Duration(settled.Round(time.Millisecond))
 	rep.Elapsed = Duration(time.Since(started).Round(time.Millisecond))
+	if f, err := os.Create(filepath.Join(env.LogDir, "report.json")); err == nil {
+		_ = rep.WriteJSON(f)
+		_ = f.Close()
+	}
 	return rep, nil
 }
 

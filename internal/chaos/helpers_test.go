@@ -124,12 +124,20 @@ func runChaos(t *testing.T, cfg Config) *Report {
 		}
 		t.Fatalf("chaos run: %v", err)
 	}
+	logReport(t, rep)
+	if !rep.Pass && !cfg.Env.Naive && env != nil {
+		dumpLogs(t, env)
+	}
+	return rep
+}
+
+func logReport(t *testing.T, rep *Report) {
+	t.Helper()
 	var buf bytes.Buffer
 	_ = rep.WriteText(&buf)
 	buf.WriteString("\n")
 	_ = rep.WriteFaultLog(&buf)
 	t.Logf("report:\n%s", buf.String())
-	return rep
 }
 
 // runChaosOwnCluster is runChaos on a throwaway cluster the harness controls; it skips
@@ -153,11 +161,7 @@ func runChaosOwnCluster(t *testing.T, cfg Config) *Report {
 	if err != nil {
 		t.Fatalf("chaos run: %v", err)
 	}
-	var buf bytes.Buffer
-	_ = rep.WriteText(&buf)
-	buf.WriteString("\n")
-	_ = rep.WriteFaultLog(&buf)
-	t.Logf("report:\n%s", buf.String())
+	logReport(t, rep)
 	return rep
 }
 

@@ -190,7 +190,8 @@ func (e *Env) commitDrop(ctx context.Context, w *Worker) (string, error) {
 	before := len(w.Proxy.CommitDrops())
 	w.Proxy.DropCommitReplies(1)
 	defer w.Proxy.DropCommitReplies(0)
-	deadline := time.Now().Add(commitDropWait)
+	armed := time.Now()
+	deadline := armed.Add(commitDropWait)
 	if lim := e.waitLimit(); !lim.IsZero() && lim.Before(deadline) {
 		deadline = lim
 	}
@@ -201,7 +202,7 @@ func (e *Env) commitDrop(ctx context.Context, w *Worker) (string, error) {
 				d.Tag, d.Bytes, d.ConnID), nil
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			return "", fmt.Errorf("no COMMIT crossed the proxy within %s", commitDropWait)
+			return "", fmt.Errorf("no COMMIT crossed the proxy in the %s it stayed armed", time.Since(armed).Round(time.Millisecond))
 		}
 		sleepCtx(ctx, 20*time.Millisecond)
 	}
@@ -264,6 +265,11 @@ func (e *Env) RunSchedule(ctx context.Context, start time.Time, plan []PlannedFa
 		at := start.Add(f.At)
 		if next := lastEnd.Add(minGap); at.Before(next) {
 			at = next
+		}
+		if !until.IsZero() && at.After(until) {
+			e.log.Warn("faults stopped: the run ended before the rest of the schedule could start",
+				"not_started", len(plan)-len(out))
+			break
 		}
 		if wait := time.Until(at); wait > 0 {
 			sleepCtx(ctx, wait)

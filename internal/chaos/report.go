@@ -139,6 +139,10 @@ type Report struct {
 	Lost       int64            `json:"lost"`
 	LostDetail map[string]int64 `json:"lost_detail"`
 
+	// Unfinished and Discarded describe (up to 10) jobs behind a non-zero lost count.
+	Unfinished []string `json:"unfinished,omitempty"`
+	Discarded  []string `json:"discarded,omitempty"`
+
 	Verify *verify.Report `json:"verify"`
 	// Crashes lists worker processes that exited without being told to.
 	Crashes []string `json:"crashes,omitempty"`
@@ -278,6 +282,12 @@ func collect(ctx context.Context, in collectInput) (*Report, error) {
 		r.Lost += n
 	}
 
+	if r.Unfinished, err = queryStrings(ctx, db, sqlUnfinishedDetail, PeriodicKinds, 10); err != nil {
+		return nil, fmt.Errorf("chaos: report: unfinished jobs: %w", err)
+	}
+	if r.Discarded, err = queryStrings(ctx, db, sqlDiscardedDetail, 10); err != nil {
+		return nil, fmt.Errorf("chaos: report: discarded jobs: %w", err)
+	}
 	r.summarizeFaults(in)
 	for _, w := range e.Workers {
 		if w.Proc.Unexpected() {
@@ -447,6 +457,12 @@ func (r *Report) WriteText(w io.Writer) error {
 			}
 		}
 	}
+	for _, j := range r.Unfinished {
+		p("  unfinished\t%s", j)
+	}
+	for _, j := range r.Discarded {
+		p("  discarded\t%s", j)
+	}
 	for _, c := range r.Crashes {
 		p("crash\t%s", c)
 	}
@@ -478,4 +494,12 @@ func formatCounts(m map[string]int64) string {
 		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
 	}
 	return "(" + strings.Join(parts, ", ") + ")"
+}
+
+func queryStrings(ctx context.Context, db queue.DBTX, sql string, args ...any) ([]string, error) {
+	rows, err := db.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
 }

@@ -3,8 +3,9 @@ package chaos
 // SQL of the harness: its own instrumentation in the run's schema (the lease log), the
 // naive baseline's schema changes and statements, and the report's queries.
 
-// sqlInstallLeaseLog records every claim, revocation and release of a job (any update
-// that changes its attempt or lease generation) with the database's time, so the report
+// sqlInstallLeaseLog records every claim, revocation, release and state change of a job
+// (any update that changes its state, attempt or lease generation; not heartbeats) with
+// the database's time, so the report
 // can measure how long a revoked job waited before it ran again. It is the harness's
 // instrumentation, in the run's own schema; the queue never reads it.
 const sqlInstallLeaseLog = `
@@ -23,7 +24,7 @@ BEGIN
     INSERT INTO chaos_lease_log (job_id, lease_gen, attempt, state, leased_by)
     SELECT n.id, n.lease_gen, n.attempt, n.state, n.leased_by
     FROM new_rows n JOIN old_rows o ON o.id = n.id
-    WHERE n.lease_gen <> o.lease_gen OR n.attempt <> o.attempt;
+    WHERE n.lease_gen <> o.lease_gen OR n.attempt <> o.attempt OR n.state <> o.state;
     RETURN NULL;
 END;
 $$;
@@ -199,3 +200,20 @@ const sqlNaiveOutboxRow = `SELECT topic, dedupe_key, payload FROM fenceq_outbox 
 
 const sqlNaiveMarkDelivered = `
 UPDATE fenceq_outbox SET state = 'delivered', delivered_at = now(), attempt = attempt + 1 WHERE id = $1`
+
+// sqlUnfinishedDetail describes up to $2 jobs that are not final (except kinds $1), for
+// a report whose work did not settle: state, attempts, when it may run next, last error.
+const sqlUnfinishedDetail = `
+SELECT format('job %s (%s) %s, attempt %s/%s, lease_gen %s, held by %s, run_at in %s, last error: %s',
+              id, kind, state, attempt, max_attempts, lease_gen, COALESCE(leased_by, 'nobody'),
+              date_trunc('second', run_at - now()),
+              COALESCE(left(errors -> -1 ->> 'error', 200), 'none'))
+FROM fenceq_jobs
+WHERE state NOT IN ('completed', 'discarded', 'cancelled') AND NOT (kind = ANY($1::text[]))
+ORDER BY id LIMIT $2`
+
+// sqlDiscardedDetail describes up to $1 discarded or cancelled jobs.
+const sqlDiscardedDetail = `
+SELECT format('job %s (%s) %s after %s attempts: %s', id, kind, state, attempt,
+              COALESCE(left(errors -> -1 ->> 'error', 200), 'no error recorded'))
+FROM fenceq_jobs WHERE state IN ('discarded', 'cancelled') ORDER BY id LIMIT $1`
