@@ -153,14 +153,27 @@ func Plan(p PlanParams) ([]PlannedFault, error) {
 			break
 		}
 		out = append(out, f)
-		// The next fault starts after this one ends and a random gap.
-		at = f.At + f.For + p.Gap/2 + time.Duration(rng.Int64N(int64(p.Gap)))
+		// The next fault starts after this one ends (with the time its injection itself
+		// takes) and a random gap.
+		at = f.At + f.For + overhead(f.Type, p.Lease) + p.Gap/2 + time.Duration(rng.Int64N(int64(p.Gap)))
 	}
 	if len(out) < len(p.Faults) {
 		return nil, fmt.Errorf("plan faults: %s is too short to fire each of the %d fault types once (got %d); lengthen the run",
 			p.Duration, len(p.Faults), len(out))
 	}
 	return out, nil
+}
+
+// overhead estimates how long injecting a fault takes beyond its For: waiting for the
+// target to hold a lease, restarting a process or the server, waiting for a COMMIT.
+func overhead(f FaultType, lease time.Duration) time.Duration {
+	switch f {
+	case FaultPGRestart:
+		return 5 * time.Second
+	case FaultKill, FaultCommitDrop:
+		return lease / 2
+	}
+	return lease / 4
 }
 
 // FaultRecord is one fault the harness tried to inject, with its proof.

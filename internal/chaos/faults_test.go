@@ -79,7 +79,7 @@ func TestPostgresRestart(t *testing.T) {
 	rep := runChaosOwnCluster(t, Config{
 		Env:      EnvConfig{Workers: 3, Concurrency: 3},
 		Workload: faultWorkload,
-		Seed:     7, Duration: 12 * time.Second, Faults: []FaultType{FaultPGRestart, FaultPause, FaultKill},
+		Seed:     7, Duration: 15 * time.Second, Faults: []FaultType{FaultPGRestart, FaultPause, FaultKill},
 	})
 	requireFired(t, rep, FaultPGRestart)
 	requirePass(t, rep)

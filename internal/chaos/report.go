@@ -42,8 +42,10 @@ func (d Duration) String() string { return time.Duration(d).String() }
 // FaultSummary counts one fault type's injections.
 type FaultSummary struct {
 	Type FaultType `json:"type"`
-	// Scheduled is how many the schedule held; Fired how many provably happened.
+	// Scheduled is how many the schedule held, Started how many were injected before
+	// the run ended, Fired how many provably happened.
 	Scheduled int `json:"scheduled"`
+	Started   int `json:"started"`
 	Fired     int `json:"fired"`
 	// Skipped says why the type was not scheduled although asked for.
 	Skipped string `json:"skipped,omitempty"`
@@ -311,6 +313,7 @@ func (r *Report) summarizeFaults(in collectInput) {
 		by[f.Type].Scheduled++
 	}
 	for _, rec := range in.records {
+		by[rec.Type].Started++
 		if rec.Fired {
 			by[rec.Type].Fired++
 		}
@@ -425,14 +428,17 @@ func (r *Report) WriteText(w io.Writer) error {
 	p("order storm\t%d requests: %d created, %d replayed, %d in-flight 409, %d 5xx, %d network errors, %d rejected, %d keys unanswered",
 		s.HTTPRequests, s.HTTPCreated, s.HTTPReplayed, s.HTTPInFlight, s.HTTPErrors, s.HTTPNetErr, s.HTTPRejected, s.KeysUnanswered)
 	p("")
-	p("FAULT\tSCHEDULED\tFIRED\t")
+	p("FAULT\tSCHEDULED\tSTARTED\tFIRED\t")
+	var planned, started, fired int
 	for _, f := range r.Faults {
 		if f.Skipped != "" {
-			p("%s\t-\t-\tskipped: %s", f.Type, f.Skipped)
+			p("%s\t-\t-\t-\tskipped: %s", f.Type, f.Skipped)
 			continue
 		}
-		p("%s\t%d\t%d\t", f.Type, f.Scheduled, f.Fired)
+		p("%s\t%d\t%d\t%d\t", f.Type, f.Scheduled, f.Started, f.Fired)
+		planned, started, fired = planned+f.Scheduled, started+f.Started, fired+f.Fired
 	}
+	p("all\t%d\t%d\t%d\t", planned, started, fired)
 	p("")
 	p("stale writes rejected\t%d", r.StaleWritesRejected)
 	p("leases expired while the holder lived\t%d", r.ExpiredHolderAlive)
