@@ -322,10 +322,9 @@ func measureSteady(ctx context.Context, e *env, s system) (measured, error) {
 			for i := range seqs {
 				seqs[i] = from + int64(i)
 			}
-			if err := s.insertBatch(ictx, e, kindNoop, seqs); err != nil {
-				if ictx.Err() != nil {
-					break
-				}
+			// The batch runs to its end even when the phase ends meanwhile: a COPY cut off
+			// by its context may still have committed, and then the count would be wrong.
+			if err := s.insertBatch(ctx, e, kindNoop, seqs); err != nil {
 				ierr <- err
 				return
 			}
