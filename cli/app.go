@@ -43,6 +43,8 @@ func commands() []*ucli.Command {
 		verifyCommand(),
 		healthCommand(),
 		demoCommand(),
+		benchCommand(),
+		chaosCommand(),
 	}
 }
 
