@@ -201,8 +201,10 @@ func NewEnv(ctx context.Context, cfg EnvConfig) (e *Env, err error) {
 	base := cfg.DatabaseURL
 	if cfg.OwnCluster {
 		e.log.Info("starting a throwaway PostgreSQL cluster")
+		// synchronous_commit on: an immediate restart must not lose committed
+		// transactions (fsync may stay off: the machine does not crash, only PostgreSQL).
 		if e.Cluster, err = pgcluster.Start(ctx, pgcluster.Options{Logger: e.log,
-			Settings: map[string]string{"max_connections": "150"}}); err != nil {
+			Settings: map[string]string{"max_connections": "150", "synchronous_commit": "on"}}); err != nil {
 			return e, fmt.Errorf("chaos: %w: %w", ErrClusterUnavailable, err)
 		}
 		base = e.Cluster.URL

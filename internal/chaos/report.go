@@ -82,6 +82,10 @@ type EmailCounts struct {
 	Redelivered int64 `json:"redelivered"`
 	// NotReceived counts outbox rows marked delivered whose message no mail file holds.
 	NotReceived int64 `json:"not_received"`
+	// SurplusPerRecipient counts, per recipient and kind of email (invoice, order),
+	// distinct messages beyond the first: what a customer sees as a duplicate. Each
+	// recipient of the workload stands for one invoice or one order.
+	SurplusPerRecipient int64 `json:"surplus_per_recipient"`
 }
 
 // Report is the outcome of a run.
@@ -270,6 +274,7 @@ func collect(ctx context.Context, in collectInput) (*Report, error) {
 	r.DuplicateDetail["invoices"] = r.Verify.Count(verify.CheckDuplicateInvoices)
 	r.DuplicateDetail["orders"] = r.Verify.Count(verify.CheckDuplicateOrders)
 	r.DuplicateDetail["outbox_rows"] = r.Verify.Count(verify.CheckOutboxKeys)
+	r.DuplicateDetail["emails_per_recipient"] = r.Emails.SurplusPerRecipient
 	r.LostDetail["jobs"] = r.Verify.Lost()
 	r.LostDetail["jobs_discarded"] = r.Jobs.ByState[string(queue.StateDiscarded)] + r.Jobs.ByState[string(queue.StateCancelled)]
 	r.LostDetail["invoices_missing"] = r.Invoices.Missing
@@ -350,6 +355,7 @@ func (r *Report) judge() {
 func (r *Report) countEmails(ctx context.Context, e *Env) error {
 	r.Emails.Checked = true
 	seen := map[string]int64{}
+	perRecipient := map[string]map[string]bool{}
 	for _, w := range e.Workers {
 		f, err := os.Open(w.MailFile)
 		if os.IsNotExist(err) {
@@ -361,20 +367,29 @@ func (r *Report) countEmails(ctx context.Context, e *Env) error {
 		sc := bufio.NewScanner(f)
 		sc.Buffer(make([]byte, 64<<10), 4<<20)
 		for sc.Scan() {
-			var m struct {
-				IdempotencyKey string `json:"idempotency_key"`
-			}
+			var m email.Message
 			if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
 				_ = f.Close()
 				return fmt.Errorf("chaos: report: %s: %w", w.MailFile, err)
 			}
 			r.Emails.Lines++
 			seen[m.IdempotencyKey]++
+			kind, _, _ := strings.Cut(m.IdempotencyKey, ":")
+			for _, to := range m.To {
+				rk := to + " " + kind
+				if perRecipient[rk] == nil {
+					perRecipient[rk] = map[string]bool{}
+				}
+				perRecipient[rk][m.IdempotencyKey] = true
+			}
 		}
 		_ = f.Close()
 		if err := sc.Err(); err != nil {
 			return fmt.Errorf("chaos: report: %s: %w", w.MailFile, err)
 		}
+	}
+	for _, keys := range perRecipient {
+		r.Emails.SurplusPerRecipient += int64(len(keys) - 1)
 	}
 	r.Emails.DistinctKeys = int64(len(seen))
 	r.Emails.Redelivered = r.Emails.Lines - r.Emails.DistinctKeys
@@ -451,8 +466,8 @@ func (r *Report) WriteText(w io.Writer) error {
 	p("orders\t%d rows, %d distinct keys, %d missing", r.Orders.Rows, r.Orders.Distinct, r.Orders.Missing)
 	p("outbox\t%d rows: %d delivered, %d pending, %d failed", r.Outbox.Rows, r.Outbox.Delivered, r.Outbox.Pending, r.Outbox.Failed)
 	if r.Emails.Checked {
-		p("emails\t%d received, %d distinct keys, %d redelivered with the same key, %d not received",
-			r.Emails.Lines, r.Emails.DistinctKeys, r.Emails.Redelivered, r.Emails.NotReceived)
+		p("emails\t%d received, %d distinct keys, %d redelivered with the same key, %d not received, %d surplus per recipient",
+			r.Emails.Lines, r.Emails.DistinctKeys, r.Emails.Redelivered, r.Emails.NotReceived, r.Emails.SurplusPerRecipient)
 	}
 	p("duplicates\t%d %s", r.Duplicates, formatCounts(r.DuplicateDetail))
 	p("lost\t%d %s", r.Lost, formatCounts(r.LostDetail))
