@@ -297,11 +297,12 @@ func (w *Worker) claimOnce(ctx context.Context, ql *queueLoop) bool {
 		return false
 	}
 	sent := time.Now()
-	// Claim after the position where the last claim ended, so the claim does not walk the
-	// dead index entries of the jobs claimed before it (bench drain with an idle
-	// transaction holding the horizon: each claim from the start re-read them all). Jobs
-	// that become available behind the cursor are claimed from the start of the order,
-	// which happens at least once per PollInterval and whenever there is no cursor.
+	// Under a backlog (the last claim was full), claim after the position where the last
+	// claim ended, so the claim does not walk the dead index entries of the jobs claimed
+	// before it (bench drain with an idle transaction holding the horizon: each claim
+	// from the start re-read them all). Jobs that become available behind the cursor are
+	// claimed from the start of the order, which happens at least once per PollInterval
+	// and whenever there is no cursor.
 	after := ql.cursor
 	if after != nil && sent.Sub(ql.lookedBehind) >= w.cfg.PollInterval {
 		after = nil
@@ -317,7 +318,14 @@ func (w *Worker) claimOnce(ctx context.Context, ql *queueLoop) bool {
 	if after == nil {
 		ql.cursor, ql.lookedBehind = nil, sent
 	}
-	if c := queue.CursorAfter(rows); c != nil && (ql.cursor == nil || ql.cursor.Less(*c)) {
+	switch c := queue.CursorAfter(rows); {
+	case len(rows) < limit:
+		// No backlog: the next claim starts from the beginning again. Jobs inserted
+		// concurrently can commit after a later one was claimed, behind the cursor; with
+		// the cursor kept, they waited for the next look behind (bench latency at 1,000
+		// jobs/s: max ~1.3 s, p99 13 ms).
+		ql.cursor = nil
+	case ql.cursor == nil || ql.cursor.Less(*c):
 		ql.cursor = c
 	}
 	for _, row := range rows {
