@@ -26,6 +26,7 @@ type Proxy struct {
 	blackhole atomic.Bool
 	refuse    atomic.Bool
 	latency   atomic.Int64 // nanoseconds added before each forwarded chunk
+	delayed   atomic.Int64 // chunks forwarded late because of latency
 	// dropped counts bytes discarded while blackholed: proof the fault happened.
 	dropped atomic.Int64
 	resets  atomic.Int64
@@ -104,6 +105,9 @@ func (p *Proxy) SetLatency(d time.Duration) {
 
 // Latency returns the latency set by SetLatency.
 func (p *Proxy) Latency() time.Duration { return time.Duration(p.latency.Load()) }
+
+// Delayed returns how many chunks were forwarded late because of SetLatency.
+func (p *Proxy) Delayed() int64 { return p.delayed.Load() }
 
 // Dropped returns how many bytes were discarded while blackholed.
 func (p *Proxy) Dropped() int64 { return p.dropped.Load() }
@@ -255,5 +259,6 @@ func (p *Proxy) recordDrop(d CommitDrop) {
 func (p *Proxy) sleepLatency() {
 	if d := time.Duration(p.latency.Load()); d > 0 {
 		time.Sleep(d)
+		p.delayed.Add(1)
 	}
 }

@@ -168,6 +168,9 @@ func TestProxy(t *testing.T) {
 		if took := time.Since(start); took < 2*d {
 			t.Fatalf("round trip with %s latency took %s, less than %s", d, took, 2*d)
 		}
+		if b.proxy.Delayed() < 2 {
+			t.Fatalf("Delayed() = %d after a round trip, want at least 2", b.proxy.Delayed())
+		}
 	})
 
 	t.Run("BlackholeThenReset", func(t *testing.T) {
