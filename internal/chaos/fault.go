@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -190,4 +191,32 @@ type FaultRecord struct {
 	Proof string `json:"proof"`
 	// Err says why it did not fire.
 	Err string `json:"error,omitempty"`
+}
+
+// MarshalJSON writes the durations of a planned fault as Go duration strings.
+func (f PlannedFault) MarshalJSON() ([]byte, error) {
+	return json.Marshal(plannedJSON{Type: f.Type, At: Duration(f.At), Worker: f.Worker,
+		For: Duration(f.For), Latency: Duration(f.Latency)})
+}
+
+type plannedJSON struct {
+	Type    FaultType `json:"type"`
+	At      Duration  `json:"at"`
+	Worker  int       `json:"worker"`
+	For     Duration  `json:"for"`
+	Latency Duration  `json:"latency"`
+}
+
+// MarshalJSON writes a fault record with its durations as Go duration strings.
+func (r FaultRecord) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		plannedJSON
+		Target  string   `json:"target"`
+		Started Duration `json:"started"`
+		Took    Duration `json:"took"`
+		Fired   bool     `json:"fired"`
+		Proof   string   `json:"proof"`
+		Err     string   `json:"error,omitempty"`
+	}{plannedJSON{Type: r.Type, At: Duration(r.At), Worker: r.Worker, For: Duration(r.For), Latency: Duration(r.Latency)},
+		r.Target, Duration(r.Started), Duration(r.Took), r.Fired, r.Proof, r.Err})
 }

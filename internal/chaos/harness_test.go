@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"encoding/json"
 	"reflect"
 	"slices"
 	"strings"
@@ -100,5 +101,19 @@ func TestRunWithoutFaults(t *testing.T) {
 	}
 	if rep.Revocations != 0 || rep.StaleWritesRejected != 0 {
 		t.Fatalf("without faults: %d revocations, %d stale writes; want none", rep.Revocations, rep.StaleWritesRejected)
+	}
+}
+
+func TestFaultRecordJSON(t *testing.T) {
+	t.Parallel()
+	rec := FaultRecord{PlannedFault: PlannedFault{Type: FaultPause, At: 1500 * time.Millisecond, Worker: 1, For: 3 * time.Second},
+		Target: "w2", Started: 1600 * time.Millisecond, Took: 3100 * time.Millisecond, Fired: true, Proof: "state T"}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"type":"pause","at":"1.5s","worker":1,"for":"3s","latency":"0s","target":"w2","started":"1.6s","took":"3.1s","fired":true,"proof":"state T"}`
+	if string(b) != want {
+		t.Fatalf("JSON of a fault record:\n got %s\nwant %s", b, want)
 	}
 }
