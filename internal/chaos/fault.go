@@ -207,16 +207,47 @@ type plannedJSON struct {
 	Latency Duration  `json:"latency"`
 }
 
+// faultRecordJSON is the JSON form of a FaultRecord.
+type faultRecordJSON struct {
+	plannedJSON
+	Target  string   `json:"target"`
+	Started Duration `json:"started"`
+	Took    Duration `json:"took"`
+	Fired   bool     `json:"fired"`
+	Proof   string   `json:"proof"`
+	Err     string   `json:"error,omitempty"`
+}
+
+func (p plannedJSON) planned() PlannedFault {
+	return PlannedFault{Type: p.Type, At: time.Duration(p.At), Worker: p.Worker,
+		For: time.Duration(p.For), Latency: time.Duration(p.Latency)}
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (f *PlannedFault) UnmarshalJSON(b []byte) error {
+	var p plannedJSON
+	if err := json.Unmarshal(b, &p); err != nil {
+		return err
+	}
+	*f = p.planned()
+	return nil
+}
+
 // MarshalJSON writes a fault record with its durations as Go duration strings.
 func (r FaultRecord) MarshalJSON() ([]byte, error) {
-	return json.Marshal(struct {
-		plannedJSON
-		Target  string   `json:"target"`
-		Started Duration `json:"started"`
-		Took    Duration `json:"took"`
-		Fired   bool     `json:"fired"`
-		Proof   string   `json:"proof"`
-		Err     string   `json:"error,omitempty"`
-	}{plannedJSON{Type: r.Type, At: Duration(r.At), Worker: r.Worker, For: Duration(r.For), Latency: Duration(r.Latency)},
-		r.Target, Duration(r.Started), Duration(r.Took), r.Fired, r.Proof, r.Err})
+	return json.Marshal(faultRecordJSON{
+		plannedJSON: plannedJSON{Type: r.Type, At: Duration(r.At), Worker: r.Worker, For: Duration(r.For), Latency: Duration(r.Latency)},
+		Target:      r.Target, Started: Duration(r.Started), Took: Duration(r.Took), Fired: r.Fired, Proof: r.Proof, Err: r.Err})
+}
+
+// UnmarshalJSON reads what MarshalJSON writes (without it, the method promoted from
+// PlannedFault would decode only the planned fields).
+func (r *FaultRecord) UnmarshalJSON(b []byte) error {
+	var v faultRecordJSON
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*r = FaultRecord{PlannedFault: v.planned(), Target: v.Target, Started: time.Duration(v.Started),
+		Took: time.Duration(v.Took), Fired: v.Fired, Proof: v.Proof, Err: v.Err}
+	return nil
 }
