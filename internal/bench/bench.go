@@ -92,6 +92,11 @@ type Config struct {
 	// IdleXact holds a REPEATABLE READ transaction open, idle, for this long from the
 	// start of each measured phase, pinning the vacuum horizon.
 	IdleXact time.Duration
+	// Checkpoint runs CHECKPOINT before each measured phase, so that no run has a
+	// checkpoint (and its storm of full-page writes) land in its middle by chance while
+	// another has none; every run then starts right after one. It needs superuser or
+	// pg_checkpoint; without them the run goes on and the report says so.
+	Checkpoint bool
 	// ClaimBatch overrides fenceq's Config.ClaimBatchSize; 0 keeps the engine default.
 	ClaimBatch int
 	// Progress receives a line per second during long phases; nil prints nothing.

@@ -130,8 +130,11 @@ func assertFigures(t *testing.T, rep *Report, runs int) {
 func TestDrainAllSides(t *testing.T) {
 	t.Parallel()
 	cfg := tiny(WorkloadDrain)
-	cfg.Vs, cfg.Ceiling, cfg.Runs = SystemRiver, true, 2
+	cfg.Vs, cfg.Ceiling, cfg.Runs, cfg.Checkpoint = SystemRiver, true, 2, true
 	rep := run(t, cfg)
+	if !rep.Settings.Checkpoint || !strings.Contains(rep.settingsLine(), "CHECKPOINT before each run") {
+		t.Errorf("report does not say a checkpoint preceded each run: %s", rep.settingsLine())
+	}
 	assertFigures(t, rep, 2)
 	for _, s := range rep.Systems {
 		for _, r := range s.Runs {

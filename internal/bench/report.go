@@ -122,6 +122,7 @@ type Settings struct {
 	Runs            int    `json:"runs"`
 	Retained        int    `json:"retained"`
 	IdleXact        string `json:"idle_xact,omitempty"`
+	Checkpoint      bool   `json:"checkpoint_before_each_run"`
 	CeilingClaimers int    `json:"ceiling_claimers,omitempty"`
 }
 
@@ -150,7 +151,7 @@ type Report struct {
 
 func newReport(ctx context.Context, cfg Config, systems []system) (*Report, error) {
 	r := &Report{Workload: cfg.Workload, Settings: Settings{
-		Workers: cfg.Workers, Conns: cfg.Conns, Runs: cfg.Runs, Retained: cfg.Retained,
+		Workers: cfg.Workers, Conns: cfg.Conns, Runs: cfg.Runs, Retained: cfg.Retained, Checkpoint: cfg.Checkpoint,
 	}}
 	switch cfg.Workload {
 	case WorkloadSteady:
@@ -291,6 +292,9 @@ func (r *Report) settingsLine() string {
 	}
 	if s.IdleXact != "" {
 		parts = append(parts, "an idle transaction holding the vacuum horizon for "+s.IdleXact)
+	}
+	if s.Checkpoint {
+		parts = append(parts, "CHECKPOINT before each run")
 	}
 	return strings.Join(parts, ", ")
 }

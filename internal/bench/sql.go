@@ -94,3 +94,5 @@ const sqlForceFlush = `SELECT pg_stat_force_next_flush()`
 
 const sqlServerVersion = `SELECT current_setting('server_version'), current_setting('autovacuum'),
     current_setting('synchronous_commit'), current_setting('shared_buffers')`
+
+const sqlCheckpoint = `CHECKPOINT`

@@ -106,6 +106,11 @@ func runOnce(ctx context.Context, cfg Config, s system, idx int) (*RunResult, er
 	if err := e.reopenPool(ctx); err != nil {
 		return nil, err
 	}
+	if cfg.Checkpoint {
+		if _, err := e.admin.Exec(ctx, sqlCheckpoint); err != nil {
+			progressf(cfg.Progress, "  checkpoint before the run failed (%v); measuring anyway\n", err)
+		}
+	}
 	before, err := settledSample(ctx, e.admin, s.jobTable())
 	if err != nil {
 		return nil, err
