@@ -30,6 +30,7 @@ type execution struct {
 	committed bool // the handler's fenced Commit completed the job
 	released  bool // Stop released the lease; write nothing more
 	finished  bool
+	slotFree  bool // the queue slot was given back before finish (see freeSlot)
 }
 
 func (e *execution) markReleased() bool {
@@ -213,6 +214,9 @@ func (e *execution) settle(err error, trace string, cause error) {
 		e.finish(OutcomeLeaseLost)
 		return
 	case err == nil:
+		// The handler is done: its slot may run the next job while the completion waits
+		// for its batch. The lease stays tracked (and heartbeated) until finish.
+		e.freeSlot()
 		w.enqueueCompletion(e)
 		return
 	}
@@ -308,12 +312,32 @@ func (e *execution) finish(outcome Outcome) {
 	e.cancel(nil)
 	w.mu.Lock()
 	delete(w.execs, keyOf(e.lease))
+	w.mu.Unlock()
+	e.freeSlot()
+	w.obs.JobFinished(e.row.Queue, e.row.Kind, outcome, time.Since(e.start))
+	w.execWG.Done()
+}
+
+// freeSlot gives the execution's queue slot back, once, and wakes the queue's claim
+// loop. A job whose handler succeeded gives it back as soon as its completion is
+// queued for the next batch, not when the batch is written: with slots held until the
+// write, claims were limited to the slots the last batch freed (bench drain: 328 jobs
+// per claim on average of the 500 allowed, and 760 completion statements per 200k
+// jobs). Pending completions stay bounded by the completion channel (CompleteBatchSize).
+func (e *execution) freeSlot() {
+	w := e.w
+	e.mu.Lock()
+	if e.slotFree {
+		e.mu.Unlock()
+		return
+	}
+	e.slotFree = true
+	e.mu.Unlock()
+	w.mu.Lock()
 	w.running[e.row.Queue]--
 	ql := w.queues[e.row.Queue]
 	w.mu.Unlock()
-	w.obs.JobFinished(e.row.Queue, e.row.Kind, outcome, time.Since(e.start))
 	if ql != nil {
 		ql.poke()
 	}
-	w.execWG.Done()
 }

@@ -26,7 +26,7 @@ type Worker struct {
 
 	mu       sync.Mutex
 	execs    map[leaseKey]*execution // by (job id, generation): a job revoked here may be re-claimed here
-	running  map[string]int          // per queue, including jobs awaiting their completion write
+	running  map[string]int          // per queue: handlers running or settling (a success frees its slot once its completion is queued)
 	state    int                     // 0 new, 1 started, 2 stopping, 3 stopped
 	queues   map[string]*queueLoop
 	complete chan *execution
