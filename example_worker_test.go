@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -49,7 +50,7 @@ func Example() {
 		})
 	})
 
-	w, err := fenceq.NewWorker(pool, fenceq.Config{Handlers: hs, Logger: quietLogger()})
+	w, err := fenceq.NewWorker(pool, fenceq.Config{Handlers: hs, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		log.Fatal(err)
 	}

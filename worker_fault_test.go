@@ -14,6 +14,7 @@ import (
 
 	"github.com/fenceq/fenceq"
 	"github.com/fenceq/fenceq/internal/faultproxy"
+	"github.com/fenceq/fenceq/internal/testutil"
 	"github.com/fenceq/fenceq/queue"
 )
 
@@ -57,17 +58,6 @@ func (b *testBundle) countEvents(t *testing.T, kind queue.LeaseEventKind, jobID,
 		t.Fatal(err)
 	}
 	return n
-}
-
-func (b *testBundle) waitFor(t *testing.T, what string, within time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", within, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 type resultArgs struct {
@@ -190,7 +180,7 @@ func TestPausedHolderCannotWriteAfterRevocation(t *testing.T) {
 		t.Errorf("stale_write_rejected events for A's lease = %d, want at least 3 (commit, complete, release)", n)
 	}
 	// A's own heartbeat loop finds the lease gone and raises the alert.
-	b.waitFor(t, "expired_holder_alive event for A's lease", 10*time.Second, func() bool {
+	testutil.WaitFor(t, "expired_holder_alive event for A's lease", 10*time.Second, func() bool {
 		return b.countEvents(t, queue.EventExpiredHolderAlive, leaseA.JobID, leaseA.Gen) == 1
 	})
 }
@@ -294,7 +284,7 @@ func TestHeartbeatReportingLostLeaseCancelsContext(t *testing.T) {
 		t.Fatal("job context not cancelled after its lease was revoked")
 	}
 	// The event is written right after the context is cancelled.
-	b.waitFor(t, "a heartbeat_lost event", 10*time.Second, func() bool {
+	testutil.WaitFor(t, "a heartbeat_lost event", 10*time.Second, func() bool {
 		return b.countEvents(t, queue.EventHeartbeatLost, l.JobID, l.Gen) == 1
 	})
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fenceq/fenceq"
+	"github.com/fenceq/fenceq/internal/testutil"
 	"github.com/fenceq/fenceq/queue"
 )
 
@@ -218,7 +219,7 @@ func TestConcurrencyIsBoundedBySlots(t *testing.T) {
 	if _, err := fenceq.EnqueueMany(b.ctx, b.db.Pool, items); err != nil {
 		t.Fatal(err)
 	}
-	b.waitFor(t, "all 60 jobs completed", 30*time.Second, func() bool {
+	testutil.WaitFor(t, "all 60 jobs completed", 30*time.Second, func() bool {
 		var n int
 		_ = b.db.Pool.QueryRow(b.ctx, `SELECT count(*) FROM fenceq_jobs WHERE state = 'completed'`).Scan(&n)
 		return n == 60

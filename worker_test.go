@@ -2,8 +2,6 @@ package fenceq_test
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,6 +10,7 @@ import (
 
 	"github.com/fenceq/fenceq"
 	"github.com/fenceq/fenceq/internal/dbtest"
+	"github.com/fenceq/fenceq/internal/testutil"
 	"github.com/fenceq/fenceq/queue"
 )
 
@@ -32,8 +31,6 @@ func setup(t *testing.T) *testBundle {
 	return &testBundle{db: db, ctx: ctx, hs: fenceq.NewHandlers()}
 }
 
-func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
-
 // fastConfig is a worker config with a short lease, for tests.
 func (b *testBundle) fastConfig(lease time.Duration) fenceq.Config {
 	return fenceq.Config{
@@ -41,27 +38,13 @@ func (b *testBundle) fastConfig(lease time.Duration) fenceq.Config {
 		LeaseDuration:  lease,
 		ReaperInterval: lease / 4,
 		PollInterval:   50 * time.Millisecond,
-		Logger:         quietLogger(),
+		Logger:         testutil.QuietLogger(),
 	}
 }
 
 func (b *testBundle) startWorker(t *testing.T, cfg fenceq.Config) *fenceq.Worker {
 	t.Helper()
-	w, err := fenceq.NewWorker(b.db.Pool, cfg)
-	if err != nil {
-		t.Fatalf("new worker: %v", err)
-	}
-	if err := w.Start(b.ctx); err != nil {
-		t.Fatalf("start worker: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := w.Stop(ctx); err != nil {
-			t.Errorf("stop worker: %v", err)
-		}
-	})
-	return w
+	return testutil.StartWorker(b.ctx, t, b.db.Pool, cfg)
 }
 
 func (b *testBundle) waitState(t *testing.T, id int64, want queue.State, within time.Duration) *queue.JobRow {

@@ -11,22 +11,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fenceq/fenceq"
+	"github.com/fenceq/fenceq/internal/testutil"
 	"github.com/fenceq/fenceq/internal/verify"
 	"github.com/fenceq/fenceq/jobs/email"
 	"github.com/fenceq/fenceq/jobs/invoice"
 	"github.com/fenceq/fenceq/jobs/order"
 )
-
-func waitFor(t *testing.T, what string, within time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", within, what)
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
-}
 
 func count(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int64 {
 	t.Helper()
@@ -59,7 +49,7 @@ func TestCommitOutcomeUnknown(t *testing.T) {
 
 	// Let the worker's own housekeeping run finish first, so the one COMMIT dropped is
 	// the order's.
-	waitFor(t, "the housekeeping job to snooze", 30*time.Second, func() bool {
+	testutil.WaitFor(t, "the housekeeping job to snooze", 30*time.Second, func() bool {
 		return count(t, env.Pool, `SELECT count(*) FROM fenceq_jobs WHERE kind = 'housekeeping.idempotency'
 			AND state = 'scheduled' AND attempted_at IS NOT NULL`) == 1
 	})
@@ -72,7 +62,7 @@ func TestCommitOutcomeUnknown(t *testing.T) {
 		t.Fatal(err)
 	}
 	jobID := res.Job.ID
-	waitFor(t, "the order.place job to finish", 30*time.Second, func() bool {
+	testutil.WaitFor(t, "the order.place job to finish", 30*time.Second, func() bool {
 		return count(t, env.Pool, `SELECT count(*) FROM fenceq_jobs WHERE id = $1
 			AND state IN ('completed', 'discarded', 'cancelled')`, jobID) == 1
 	})
@@ -121,7 +111,7 @@ func TestCommitOutcomeUnknown(t *testing.T) {
 		t.Fatalf("order written by job %d gen %d; want job %d gen %d", orderJob, orderGen, jobID, gen)
 	}
 	dedupe := order.EmailDedupePrefix + strconv.FormatInt(orderID, 10)
-	waitFor(t, "the confirmation email", 30*time.Second, func() bool {
+	testutil.WaitFor(t, "the confirmation email", 30*time.Second, func() bool {
 		return count(t, env.Pool, `SELECT count(*) FROM fenceq_outbox WHERE dedupe_key = $1 AND state = 'delivered'`, dedupe) == 1
 	})
 	mail, err := os.ReadFile(w.MailFile)
@@ -165,7 +155,7 @@ func pauseMidInvoice(t *testing.T, env *Env) (jobID int64, paused *Worker) {
 		}
 		return *by
 	}
-	waitFor(t, "the invoice job to be claimed", 30*time.Second, func() bool { return holder() != "" })
+	testutil.WaitFor(t, "the invoice job to be claimed", 30*time.Second, func() bool { return holder() != "" })
 	first := holder()
 	for _, w := range env.Workers {
 		if w.ID() == first {
@@ -182,11 +172,11 @@ func pauseMidInvoice(t *testing.T, env *Env) (jobID int64, paused *Worker) {
 	}
 	t.Logf("paused %s mid-invoice: %s", paused.Name, proof)
 	t.Cleanup(func() { _ = paused.Proc.Resume() })
-	waitFor(t, "another worker to take the job over", 20*time.Second, func() bool {
+	testutil.WaitFor(t, "another worker to take the job over", 20*time.Second, func() bool {
 		h := holder()
 		return h != "" && h != first
 	})
-	waitFor(t, "the other worker to write the invoice", 20*time.Second, func() bool {
+	testutil.WaitFor(t, "the other worker to write the invoice", 20*time.Second, func() bool {
 		return count(t, env.Pool, `SELECT count(*) FROM invoices`) >= 1
 	})
 	if err := paused.Proc.Resume(); err != nil {
@@ -208,7 +198,7 @@ func TestSamePauseFencedAndNaive(t *testing.T) {
 		env := newTestEnv(t, EnvConfig{Workers: 2,
 			TaxArgs: []string{"--tax-latency", "1500ms-1500ms", "--tax-tail-probability", "0"}})
 		jobID, paused := pauseMidInvoice(t, env)
-		waitFor(t, "the resumed holder to learn it lost the lease", 20*time.Second, func() bool {
+		testutil.WaitFor(t, "the resumed holder to learn it lost the lease", 20*time.Second, func() bool {
 			return count(t, env.Pool, `SELECT count(*) FROM fenceq_lease_events WHERE job_id = $1
 				AND kind IN ('stale_write_rejected', 'expired_holder_alive') AND worker_id = $2`, jobID, paused.ID()) > 0
 		})
@@ -236,7 +226,7 @@ func TestSamePauseFencedAndNaive(t *testing.T) {
 		env := newTestEnv(t, EnvConfig{Workers: 2, Naive: true,
 			NaiveArgs: []string{"--tax-min=1500ms", "--tax-max=1500ms", "--tax-tail=0"}})
 		pauseMidInvoice(t, env)
-		waitFor(t, "the resumed naive holder to write a second invoice", 20*time.Second, func() bool {
+		testutil.WaitFor(t, "the resumed naive holder to write a second invoice", 20*time.Second, func() bool {
 			return count(t, env.Pool, `SELECT count(*) FROM invoices`) == 2
 		})
 		rep, err := verify.Run(context.Background(), env.Pool, verify.Options{})

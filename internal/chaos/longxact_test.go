@@ -18,6 +18,7 @@ import (
 	"github.com/fenceq/fenceq/cli"
 	"github.com/fenceq/fenceq/internal/chaos"
 	"github.com/fenceq/fenceq/internal/metrics"
+	"github.com/fenceq/fenceq/internal/testutil"
 	"github.com/fenceq/fenceq/jobs/diag"
 )
 
@@ -134,11 +135,5 @@ func TestLongTransaction(t *testing.T) {
 
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testutil.WaitFor(t, what, 30*time.Second, cond)
 }

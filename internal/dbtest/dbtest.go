@@ -9,8 +9,10 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"net/url"
 	"os"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -120,6 +122,36 @@ func (d *DB) NewPool(t testing.TB, maxConns int32) *pgxpool.Pool {
 	}
 	t.Cleanup(pool.Close)
 	return pool
+}
+
+// ErrPartitioned is what a pool from PartitionedPool answers, while cut off, instead of
+// a connection.
+var ErrPartitioned = errors.New("test partition: database unreachable")
+
+// PartitionedPool opens another pool on the same schema that can be cut off from the
+// database, as a paused or killed process is: while the returned flag is set, every
+// acquire fails at once with ErrPartitioned, so no heartbeat, claim or write made through
+// the pool reaches the database. The pool is closed when the test ends.
+func (d *DB) PartitionedPool(t testing.TB, maxConns int32) (*pgxpool.Pool, *atomic.Bool) {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(d.URL)
+	if err != nil {
+		t.Fatalf("dbtest: parse url: %v", err)
+	}
+	cfg.MaxConns = maxConns
+	cut := new(atomic.Bool)
+	cfg.PrepareConn = func(context.Context, *pgx.Conn) (bool, error) {
+		if cut.Load() {
+			return true, ErrPartitioned
+		}
+		return true, nil
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("dbtest: pool: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	return pool, cut
 }
 
 // WithSearchPath adds search_path=schema to a connection URL.

@@ -3,10 +3,7 @@ package email_test
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,6 +15,7 @@ import (
 
 	"github.com/fenceq/fenceq"
 	"github.com/fenceq/fenceq/internal/dbtest"
+	"github.com/fenceq/fenceq/internal/testutil"
 	"github.com/fenceq/fenceq/jobs/email"
 	"github.com/fenceq/fenceq/jobs/email/emailtest"
 	"github.com/fenceq/fenceq/queue"
@@ -39,36 +37,6 @@ func setupRelay(t *testing.T, opts ...emailtest.Options) *relayBundle {
 	b.smtp = emailtest.Start(t, opts...)
 	b.mailer = newSMTP(t, email.SMTPConfig{Addr: b.smtp.Addr, StartTLS: email.StartTLSOff})
 	return b
-}
-
-func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
-
-// errPartitioned is what a partitioned pool answers instead of a connection.
-var errPartitioned = errors.New("test partition: database unreachable")
-
-// partitionedPool opens a pool on the test schema that can be cut off from the
-// database, as a paused or killed process is: while on, every acquire fails at once, so
-// no heartbeat, claim or write of that worker reaches the database.
-func partitionedPool(t *testing.T, db *dbtest.DB, maxConns int32) (*pgxpool.Pool, *atomic.Bool) {
-	t.Helper()
-	cfg, err := pgxpool.ParseConfig(db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = maxConns
-	cut := new(atomic.Bool)
-	cfg.PrepareConn = func(context.Context, *pgx.Conn) (bool, error) {
-		if cut.Load() {
-			return true, errPartitioned
-		}
-		return true, nil
-	}
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	return pool, cut
 }
 
 type countingMetrics struct {
@@ -98,29 +66,15 @@ func (f mailerFunc) Send(ctx context.Context, m email.Message) error { return f(
 func (b *relayBundle) startRelay(t *testing.T, pool *pgxpool.Pool, id string, mailer email.Mailer, lease time.Duration) *fenceq.Worker {
 	t.Helper()
 	hs := fenceq.NewHandlers()
-	err := email.Register(hs, email.RelayConfig{Pool: pool, Mailer: mailer, Logger: quietLogger(), Metrics: b.metrics,
+	err := email.Register(hs, email.RelayConfig{Pool: pool, Mailer: mailer, Logger: testutil.QuietLogger(), Metrics: b.metrics,
 		Backoff: &queue.Backoff{Base: 50 * time.Millisecond, Max: 200 * time.Millisecond}})
 	if err != nil {
 		t.Fatalf("register relay: %v", err)
 	}
-	w, err := fenceq.NewWorker(pool, fenceq.Config{
+	return testutil.StartWorker(b.ctx, t, pool, fenceq.Config{
 		Handlers: hs, ID: id, Queues: map[string]fenceq.QueueConfig{queue.OutboxQueue: {MaxWorkers: 4}},
-		LeaseDuration: lease, ReaperInterval: lease / 4, PollInterval: 50 * time.Millisecond, Logger: quietLogger(),
+		LeaseDuration: lease, ReaperInterval: lease / 4, PollInterval: 50 * time.Millisecond, Logger: testutil.QuietLogger(),
 	})
-	if err != nil {
-		t.Fatalf("new worker: %v", err)
-	}
-	if err := w.Start(b.ctx); err != nil {
-		t.Fatalf("start worker: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := w.Stop(ctx); err != nil {
-			t.Errorf("stop worker %s: %v", id, err)
-		}
-	})
-	return w
 }
 
 // insertEmails writes n email outbox rows in one transaction, as a job's commit would.
@@ -291,7 +245,7 @@ func TestRelayKilledAfterAcceptRedeliversWithSameMessageID(t *testing.T) {
 	t.Parallel()
 	b := setupRelay(t)
 	lease := time.Second
-	poolA, cutA := partitionedPool(t, b.db, 4)
+	poolA, cutA := b.db.PartitionedPool(t, 4)
 	accepted := make(chan email.Message, 1)
 	resume := make(chan struct{})
 	var resumeOnce sync.Once

@@ -3,14 +3,13 @@ package housekeeping_test
 import (
 	"context"
 	"errors"
-	"io"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/fenceq/fenceq"
 	"github.com/fenceq/fenceq/internal/dbtest"
+	"github.com/fenceq/fenceq/internal/testutil"
 	"github.com/fenceq/fenceq/jobs/housekeeping"
 	"github.com/fenceq/fenceq/queue"
 )
@@ -26,8 +25,6 @@ func setup(t *testing.T) *testBundle {
 	t.Cleanup(cancel)
 	return &testBundle{db: dbtest.New(t, dbtest.Options{MaxConns: 6}), ctx: ctx}
 }
-
-func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 // key claims a key; finished keys get their response, in-flight ones are committed as
 // an owner working in separate transactions leaves them.
@@ -64,13 +61,7 @@ func (b *testBundle) keys(t *testing.T, where string) int64 {
 
 func (b *testBundle) waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testutil.WaitFor(t, what, 20*time.Second, cond)
 }
 
 func (b *testBundle) allExpired(t *testing.T) bool {
@@ -127,7 +118,7 @@ func TestHousekeepingJobRecurs(t *testing.T) {
 	if err := housekeeping.Register(hs, housekeeping.Config{}); err == nil {
 		t.Fatal("Register without a pool succeeded")
 	}
-	if err := housekeeping.Register(hs, housekeeping.Config{Pool: b.db.Pool, Interval: 100 * time.Millisecond, BatchSize: 2, Logger: quietLogger()}); err != nil {
+	if err := housekeeping.Register(hs, housekeeping.Config{Pool: b.db.Pool, Interval: 100 * time.Millisecond, BatchSize: 2, Logger: testutil.QuietLogger()}); err != nil {
 		t.Fatal(err)
 	}
 	first, err := housekeeping.Schedule(b.ctx, b.db.Pool)
@@ -163,7 +154,7 @@ func TestHousekeepingJobRecurs(t *testing.T) {
 	}
 
 	w, err := fenceq.NewWorker(b.db.Pool, fenceq.Config{Handlers: hs, LeaseDuration: 5 * time.Second,
-		ReaperInterval: 50 * time.Millisecond, PollInterval: 50 * time.Millisecond, Logger: quietLogger()})
+		ReaperInterval: 50 * time.Millisecond, PollInterval: 50 * time.Millisecond, Logger: testutil.QuietLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}

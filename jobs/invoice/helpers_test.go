@@ -3,8 +3,6 @@ package invoice_test
 import (
 	"context"
 	"errors"
-	"io"
-	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,6 +13,7 @@ import (
 
 	"github.com/fenceq/fenceq"
 	"github.com/fenceq/fenceq/internal/dbtest"
+	"github.com/fenceq/fenceq/internal/testutil"
 	"github.com/fenceq/fenceq/jobs/email"
 	"github.com/fenceq/fenceq/jobs/email/emailtest"
 	"github.com/fenceq/fenceq/jobs/invoice"
@@ -46,36 +45,6 @@ func setup(t *testing.T) *testBundle {
 	}
 	b.mailer = m
 	return b
-}
-
-func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
-
-// errPartitioned is what a partitioned pool answers instead of a connection.
-var errPartitioned = errors.New("test partition: database unreachable")
-
-// partitionedPool opens a pool on the test schema that can be cut off from the
-// database, as a paused process is: while cut, every acquire fails at once, so none of
-// that worker's heartbeats, claims or writes reaches the database.
-func partitionedPool(t *testing.T, db *dbtest.DB, maxConns int32) (*pgxpool.Pool, *atomic.Bool) {
-	t.Helper()
-	cfg, err := pgxpool.ParseConfig(db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = maxConns
-	cut := new(atomic.Bool)
-	cfg.PrepareConn = func(context.Context, *pgx.Conn) (bool, error) {
-		if cut.Load() {
-			return true, errPartitioned
-		}
-		return true, nil
-	}
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	return pool, cut
 }
 
 type invoiceMetrics struct {
@@ -155,7 +124,7 @@ func (b *testBundle) startWorker(t *testing.T, o workerOpts) *fenceq.Worker {
 	}
 	backoff := &queue.Backoff{Base: 50 * time.Millisecond, Max: 300 * time.Millisecond}
 	hs := fenceq.NewHandlers()
-	h, err := invoice.Handler(invoice.Config{Pool: o.pool, Tax: o.tax, Logger: quietLogger(), Metrics: b.metrics})
+	h, err := invoice.Handler(invoice.Config{Pool: o.pool, Tax: o.tax, Logger: testutil.QuietLogger(), Metrics: b.metrics})
 	if err != nil {
 		t.Fatalf("invoice handler: %v", err)
 	}
@@ -164,28 +133,14 @@ func (b *testBundle) startWorker(t *testing.T, o workerOpts) *fenceq.Worker {
 		b.outcomes.add(outcome{Worker: o.id, Lease: job.Lease(), Args: job.Args, Err: err})
 		return err
 	}, fenceq.HandlerOpts{Backoff: backoff})
-	if err := email.Register(hs, email.RelayConfig{Pool: o.pool, Mailer: b.mailer, Logger: quietLogger(), Backoff: backoff}); err != nil {
+	if err := email.Register(hs, email.RelayConfig{Pool: o.pool, Mailer: b.mailer, Logger: testutil.QuietLogger(), Backoff: backoff}); err != nil {
 		t.Fatalf("relay: %v", err)
 	}
-	w, err := fenceq.NewWorker(o.pool, fenceq.Config{
+	return testutil.StartWorker(b.ctx, t, o.pool, fenceq.Config{
 		Handlers: hs, ID: o.id, LeaseDuration: o.lease, ReaperInterval: o.lease / 4,
-		PollInterval: 50 * time.Millisecond, Logger: quietLogger(), Backoff: *backoff,
+		PollInterval: 50 * time.Millisecond, Logger: testutil.QuietLogger(), Backoff: *backoff,
 		Queues: map[string]fenceq.QueueConfig{invoice.Queue: {MaxWorkers: o.slots}, queue.OutboxQueue: {MaxWorkers: 2}},
 	})
-	if err != nil {
-		t.Fatalf("new worker: %v", err)
-	}
-	if err := w.Start(b.ctx); err != nil {
-		t.Fatalf("start worker: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := w.Stop(ctx); err != nil {
-			t.Errorf("stop worker %s: %v", o.id, err)
-		}
-	})
-	return w
 }
 
 func newTax(t *testing.T, cfg invoice.SimulatedTaxConfig) *invoice.SimulatedTax {
@@ -204,18 +159,6 @@ func (b *testBundle) count(t *testing.T, sql string, args ...any) int64 {
 		t.Fatalf("%s: %v", sql, err)
 	}
 	return n
-}
-
-// waitFor polls cond every 20 ms until it holds, failing the test after within.
-func waitFor(t *testing.T, what string, within time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", within, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // checkInvariants asserts the outcome the issue asks for, for every customer with

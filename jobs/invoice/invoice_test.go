@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fenceq/fenceq"
+	"github.com/fenceq/fenceq/internal/testutil"
 	"github.com/fenceq/fenceq/jobs/invoice"
 	"github.com/fenceq/fenceq/queue"
 )
@@ -43,7 +44,7 @@ func TestPausedHolderReplayOfTheIncident(t *testing.T) {
 			<-resume // frozen: ignores its context, as a stopped process would
 			return nil
 		}})
-	poolA, cutA := partitionedPool(t, b.db, 4)
+	poolA, cutA := b.db.PartitionedPool(t, 4)
 	b.startWorker(t, workerOpts{id: "worker-A", pool: poolA, tax: taxA, lease: lease})
 
 	select {
@@ -60,7 +61,7 @@ func TestPausedHolderReplayOfTheIncident(t *testing.T) {
 
 	// B takes over once A's lease expires, and commits the invoice.
 	b.startWorker(t, workerOpts{id: "worker-B", tax: newTax(t, invoice.SimulatedTaxConfig{}), lease: lease})
-	waitFor(t, "B's invoice", 15*time.Second, func() bool {
+	testutil.WaitFor(t, "B's invoice", 15*time.Second, func() bool {
 		return b.count(t, `SELECT count(*) FROM invoices WHERE customer_id = $1`, ids[0]) == 1
 	})
 	var writer string
@@ -80,7 +81,7 @@ func TestPausedHolderReplayOfTheIncident(t *testing.T) {
 	// A resumes: the tax call returns, A computes the invoice and tries to commit it.
 	cutA.Store(false)
 	resumeOnce.Do(func() { close(resume) })
-	waitFor(t, "A's attempt to end", 10*time.Second, func() bool {
+	testutil.WaitFor(t, "A's attempt to end", 10*time.Second, func() bool {
 		for _, o := range b.outcomes.list() {
 			if o.Worker == "worker-A" {
 				return true
@@ -100,7 +101,7 @@ func TestPausedHolderReplayOfTheIncident(t *testing.T) {
 		t.Fatalf("stale writes counted: %d, want 1", got)
 	}
 
-	waitFor(t, "the invoice email", 15*time.Second, func() bool {
+	testutil.WaitFor(t, "the invoice email", 15*time.Second, func() bool {
 		return b.count(t, `SELECT count(*) FROM fenceq_outbox WHERE state = 'delivered'`) == 1
 	})
 	b.checkInvariants(t, 1)
@@ -197,7 +198,7 @@ func TestEightWorkersTwoHundredCustomersWithPausesAndSlowTax(t *testing.T) {
 	var pausers []*pauser
 	for i := range workers {
 		id := fmt.Sprintf("worker-%d", i+1)
-		pool, cut := partitionedPool(t, b.db, 4)
+		pool, cut := b.db.PartitionedPool(t, 4)
 		p := &pauser{b: b, t: t, worker: id, cut: cut, active: &active, lease: lease, rng: rand.New(rand.NewPCG(uint64(i), 42))}
 		tax := newTax(t, invoice.SimulatedTaxConfig{
 			MinLatency: 20 * time.Millisecond, MaxLatency: 150 * time.Millisecond,
@@ -212,7 +213,7 @@ func TestEightWorkersTwoHundredCustomersWithPausesAndSlowTax(t *testing.T) {
 		t.Fatalf("billing run: %d %v", n, err)
 	}
 
-	waitFor(t, "every invoice job to finish and every email to be delivered", 60*time.Second, func() bool {
+	testutil.WaitFor(t, "every invoice job to finish and every email to be delivered", 60*time.Second, func() bool {
 		return b.count(t, `SELECT count(*) FROM fenceq_jobs WHERE state NOT IN ('completed', 'discarded', 'cancelled')`) == 0 &&
 			b.count(t, `SELECT count(*) FROM fenceq_outbox WHERE state = 'delivered'`) == customers
 	})
@@ -283,7 +284,7 @@ func TestUniqueConstraintIsTheLastLineOfDefence(t *testing.T) {
 		return nil
 	}})
 	b.startWorker(t, workerOpts{id: "worker-A", tax: tax})
-	waitFor(t, "both jobs to complete", 15*time.Second, func() bool {
+	testutil.WaitFor(t, "both jobs to complete", 15*time.Second, func() bool {
 		return b.count(t, `SELECT count(*) FROM fenceq_jobs WHERE id = ANY($1) AND state = 'completed'`, jobs) == 2
 	})
 	if n := b.count(t, `SELECT count(*) FROM invoices`); n != 1 {
@@ -295,7 +296,7 @@ func TestUniqueConstraintIsTheLastLineOfDefence(t *testing.T) {
 	if b.metrics.unique.Load() != 1 || b.metrics.created.Load() != 1 {
 		t.Fatalf("created %d, prevented by the constraint %d; want 1 and 1", b.metrics.created.Load(), b.metrics.unique.Load())
 	}
-	waitFor(t, "the email", 10*time.Second, func() bool { return len(b.smtp.Deduped()) == 1 })
+	testutil.WaitFor(t, "the email", 10*time.Second, func() bool { return len(b.smtp.Deduped()) == 1 })
 }
 
 // Test 5: bad input and failing dependencies.
@@ -383,7 +384,7 @@ func TestBadInputAndFailingDependencies(t *testing.T) {
 		}
 		waitJob(t, b, res.Job.ID, queue.StateCompleted)
 		var state, lastErr string
-		waitFor(t, "the bounced email to fail", 10*time.Second, func() bool {
+		testutil.WaitFor(t, "the bounced email to fail", 10*time.Second, func() bool {
 			err := b.db.Pool.QueryRow(b.ctx, `SELECT o.state, COALESCE(o.last_error, '') FROM fenceq_outbox o
 				JOIN invoices i ON o.dedupe_key = 'invoice-email:' || i.id WHERE i.customer_id = $1`, bounced).Scan(&state, &lastErr)
 			return err == nil && state == "failed"
@@ -403,7 +404,7 @@ func TestBadInputAndFailingDependencies(t *testing.T) {
 		if _, err := queue.RetryJob(b.ctx, b.db.Pool, res.Job.ID); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "the retried job to complete again", 10*time.Second, func() bool { return b.metrics.existing.Load() == before+1 })
+		testutil.WaitFor(t, "the retried job to complete again", 10*time.Second, func() bool { return b.metrics.existing.Load() == before+1 })
 		waitJob(t, b, res.Job.ID, queue.StateCompleted)
 		if n := b.count(t, `SELECT count(*) FROM fenceq_outbox o JOIN invoices i ON o.dedupe_key = 'invoice-email:' || i.id
 			WHERE i.customer_id = $1`, healthy); n != 1 {
@@ -415,7 +416,7 @@ func TestBadInputAndFailingDependencies(t *testing.T) {
 func waitJob(t *testing.T, b *testBundle, id int64, want queue.State) *queue.JobRow {
 	t.Helper()
 	var j *queue.JobRow
-	waitFor(t, fmt.Sprintf("job %d to be %s", id, want), 15*time.Second, func() bool {
+	testutil.WaitFor(t, fmt.Sprintf("job %d to be %s", id, want), 15*time.Second, func() bool {
 		var err error
 		j, err = queue.GetJob(b.ctx, b.db.Pool, id)
 		if err != nil {

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fenceq/fenceq/internal/testutil"
 	"github.com/fenceq/fenceq/jobs/order"
 	"github.com/fenceq/fenceq/queue"
 )
@@ -439,11 +440,5 @@ func TestServiceValidation(t *testing.T) {
 
 func (b *testBundle) waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testutil.WaitFor(t, what, 20*time.Second, cond)
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fenceq/fenceq"
+	"github.com/fenceq/fenceq/internal/testutil"
 	"github.com/fenceq/fenceq/jobs/order"
 	"github.com/fenceq/fenceq/queue"
 )
@@ -35,7 +36,7 @@ func TestPlaceJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	w, err := fenceq.NewWorker(b.pool, fenceq.Config{Handlers: hs, LeaseDuration: 5 * time.Second,
-		ReaperInterval: 100 * time.Millisecond, PollInterval: 50 * time.Millisecond, Logger: quietLogger()})
+		ReaperInterval: 100 * time.Millisecond, PollInterval: 50 * time.Millisecond, Logger: testutil.QuietLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}

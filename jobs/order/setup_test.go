@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -14,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fenceq/fenceq/internal/dbtest"
+	"github.com/fenceq/fenceq/internal/testutil"
 	"github.com/fenceq/fenceq/jobs/order"
 )
 
@@ -34,8 +34,6 @@ type bundleOpts struct {
 	// maxConns of the service's pool; defaults to 8.
 	maxConns int32
 }
-
-func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 func setup(t *testing.T, o bundleOpts) *testBundle {
 	t.Helper()
@@ -61,7 +59,7 @@ func setup(t *testing.T, o bundleOpts) *testBundle {
 	b.pool = pool
 
 	cfg := o.cfg
-	cfg.Pool, cfg.Metrics, cfg.Logger = pool, b.metrics, quietLogger()
+	cfg.Pool, cfg.Metrics, cfg.Logger = pool, b.metrics, testutil.QuietLogger()
 	b.svc, err = order.NewService(cfg)
 	if err != nil {
 		t.Fatalf("new service: %v", err)
