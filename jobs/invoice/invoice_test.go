@@ -293,8 +293,14 @@ func TestUniqueConstraintIsTheLastLineOfDefence(t *testing.T) {
 	if n := b.count(t, `SELECT count(*) FROM fenceq_outbox`); n != 1 {
 		t.Fatalf("%d outbox rows, want 1", n)
 	}
+	// The handler counts its outcome after its commit returns, so after the job's state
+	// is visible: wait for both counts before reading them.
+	testutil.WaitFor(t, "both attempts to count their outcome", 5*time.Second, func() bool {
+		return b.metrics.created.Load()+b.metrics.unique.Load()+b.metrics.existing.Load() == 2
+	})
 	if b.metrics.unique.Load() != 1 || b.metrics.created.Load() != 1 {
-		t.Fatalf("created %d, prevented by the constraint %d; want 1 and 1", b.metrics.created.Load(), b.metrics.unique.Load())
+		t.Fatalf("created %d, prevented by the constraint %d, existing %d; want 1, 1 and 0",
+			b.metrics.created.Load(), b.metrics.unique.Load(), b.metrics.existing.Load())
 	}
 	testutil.WaitFor(t, "the email", 10*time.Second, func() bool { return len(b.smtp.Deduped()) == 1 })
 }
