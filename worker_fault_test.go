@@ -311,16 +311,19 @@ func TestLongJobThatHeartbeatsIsNeverReaped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// While it runs, the lease moves forward: proof the heartbeats happen.
-	time.Sleep(2500 * time.Millisecond)
-	mid, err := queue.GetJob(b.ctx, b.db.Pool, res.Job.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	first, _ := firstExpiry.Load().(time.Time)
-	if mid.State != queue.StateRunning || mid.LeaseExpiresAt == nil || !mid.LeaseExpiresAt.After(first.Add(time.Second)) {
-		t.Fatalf("mid-run: state %s, lease expires %v, first expiry %v: lease not renewed", mid.State, mid.LeaseExpiresAt, first)
-	}
+	// While it runs, the lease moves forward past its first expiry plus a whole lease:
+	// proof the heartbeats happen (the job runs 5 s, so it is still running then).
+	testutil.WaitFor(t, "the lease to be renewed past its first expiry + 1s", 4*time.Second, func() bool {
+		mid, err := queue.GetJob(b.ctx, b.db.Pool, res.Job.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		first, ok := firstExpiry.Load().(time.Time)
+		if mid.State != queue.StateRunning && mid.State != queue.StateAvailable {
+			t.Fatalf("mid-run: job is %s before its 5 s handler could finish", mid.State)
+		}
+		return ok && mid.State == queue.StateRunning && mid.LeaseExpiresAt != nil && mid.LeaseExpiresAt.After(first.Add(time.Second))
+	})
 	done := b.waitState(t, res.Job.ID, queue.StateCompleted, 15*time.Second)
 	if done.LeaseGen != 1 || done.Attempt != 1 {
 		t.Fatalf("completed at gen %d attempt %d; want 1 and 1 (never revoked)", done.LeaseGen, done.Attempt)

@@ -162,12 +162,24 @@ func TestInsertWakesWorkerWithoutPolling(t *testing.T) {
 	cfg := b.fastConfig(5 * time.Second)
 	cfg.PollInterval = time.Minute
 	b.startWorker(t, cfg)
-	time.Sleep(300 * time.Millisecond) // let the listener connect; a wake-up on connect polls once
-	res, err := fenceq.Enqueue(b.ctx, b.db.Pool, echoArgs{Value: "wake"}, nil)
-	if err != nil {
-		t.Fatal(err)
+	// The listener is connected once its LISTEN is the last statement of a backend.
+	listen := `LISTEN "` + queue.ChannelPrefix + b.db.Schema + `"`
+	testutil.WaitFor(t, "the worker's LISTEN", 10*time.Second, func() bool {
+		var n int
+		if err := b.db.Pool.QueryRow(b.ctx, `SELECT count(*) FROM pg_stat_activity WHERE query = $1`, listen).Scan(&n); err != nil {
+			t.Fatalf("read pg_stat_activity: %v", err)
+		}
+		return n > 0
+	})
+	// A wake-up on connect polls once; the first job may ride on it, the second cannot:
+	// with polling a minute apart, only a notification finds it within seconds.
+	for _, v := range []string{"wake-1", "wake-2"} {
+		res, err := fenceq.Enqueue(b.ctx, b.db.Pool, echoArgs{Value: v}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.waitState(t, res.Job.ID, queue.StateCompleted, 10*time.Second)
 	}
-	b.waitState(t, res.Job.ID, queue.StateCompleted, 10*time.Second)
 }
 
 func TestPausedQueueIsNotWorkedUntilResumed(t *testing.T) {
