@@ -55,8 +55,11 @@ func (e *discardError) Unwrap() error { return e.err }
 
 // PanicError is the failure recorded when a handler panics.
 type PanicError struct {
+	// Value is what the handler passed to panic.
 	Value any
+	// Stack is the goroutine's stack at the panic, stored with the attempt's error.
 	Stack string
 }
 
+// Error implements error: "panic: " and the panic value.
 func (e *PanicError) Error() string { return fmt.Sprintf("panic: %v", e.Value) }

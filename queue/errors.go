@@ -25,10 +25,13 @@ var (
 
 // ValidationError names the field that was wrong and why. It matches ErrInvalid.
 type ValidationError struct {
-	Field  string
+	// Field names the input that was wrong, e.g. "queue" or "args".
+	Field string
+	// Reason says what was wrong with it.
 	Reason string
 }
 
+// Error implements error: "invalid FIELD: REASON".
 func (e *ValidationError) Error() string { return fmt.Sprintf("invalid %s: %s", e.Field, e.Reason) }
 
 // Is makes errors.Is(err, ErrInvalid) true for every ValidationError.

@@ -81,6 +81,7 @@ type PlannedFault struct {
 	Latency time.Duration `json:"latency,omitempty"`
 }
 
+// String describes the fault for logs and the report: its type, when, and its target.
 func (f PlannedFault) String() string {
 	s := fmt.Sprintf("%s at %s", f.Type, f.At.Round(time.Millisecond))
 	if f.Type != FaultPGRestart {

@@ -37,6 +37,7 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	return err
 }
 
+// String formats d as a Go duration string, e.g. "1.5s".
 func (d Duration) String() string { return time.Duration(d).String() }
 
 // FaultSummary counts one fault type's injections.

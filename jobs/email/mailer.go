@@ -27,9 +27,11 @@ type Mailer interface {
 type PermanentError struct {
 	// Code is the SMTP reply code, 0 when the error did not come from the server.
 	Code int
-	Err  error
+	// Err is the underlying failure.
+	Err error
 }
 
+// Error implements error, with the SMTP reply code when there is one.
 func (e *PermanentError) Error() string {
 	if e.Code != 0 {
 		return fmt.Sprintf("permanent failure (SMTP %d): %v", e.Code, e.Err)
@@ -37,6 +39,7 @@ func (e *PermanentError) Error() string {
 	return fmt.Sprintf("permanent failure: %v", e.Err)
 }
 
+// Unwrap returns Err, for errors.Is and errors.As.
 func (e *PermanentError) Unwrap() error { return e.Err }
 
 // IsPermanent reports whether err is a permanent delivery failure: a *PermanentError,
