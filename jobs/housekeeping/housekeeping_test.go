@@ -153,21 +153,8 @@ func TestHousekeepingJobRecurs(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	w, err := fenceq.NewWorker(b.db.Pool, fenceq.Config{Handlers: hs, LeaseDuration: 5 * time.Second,
+	testutil.StartWorker(b.ctx, t, b.db.Pool, fenceq.Config{Handlers: hs, LeaseDuration: 5 * time.Second,
 		ReaperInterval: 50 * time.Millisecond, PollInterval: 50 * time.Millisecond, Logger: testutil.QuietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Start(b.ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := w.Stop(ctx); err != nil {
-			t.Errorf("stop worker: %v", err)
-		}
-	})
 	b.waitFor(t, "the job to delete the expired finished keys", func() bool {
 		return b.keys(t, `state = 'finished' AND key LIKE 'old-%'`) == 0
 	})

@@ -1,7 +1,6 @@
 package order_test
 
 import (
-	"context"
 	"net/http"
 	"testing"
 	"time"
@@ -35,21 +34,8 @@ func TestPlaceJob(t *testing.T) {
 	if err := order.Register(hs, b.svc); err != nil {
 		t.Fatal(err)
 	}
-	w, err := fenceq.NewWorker(b.pool, fenceq.Config{Handlers: hs, LeaseDuration: 5 * time.Second,
+	testutil.StartWorker(b.ctx, t, b.pool, fenceq.Config{Handlers: hs, LeaseDuration: 5 * time.Second,
 		ReaperInterval: 100 * time.Millisecond, PollInterval: 50 * time.Millisecond, Logger: testutil.QuietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Start(b.ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := w.Stop(ctx); err != nil {
-			t.Errorf("stop worker: %v", err)
-		}
-	})
 	req := order.Request{CustomerEmail: "bob@example.com", Currency: "USD",
 		Items: []order.Item{{SKU: "BOOK-1", Quantity: 1, UnitPriceCents: 1250}, {SKU: "PEN-2", Quantity: 3, UnitPriceCents: 199}}}
 	enqueue := func(args order.PlaceArgs) int64 {
