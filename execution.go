@@ -214,10 +214,12 @@ func (e *execution) settle(err error, trace string, cause error) {
 		e.finish(OutcomeLeaseLost)
 		return
 	case err == nil:
-		// The handler is done: its slot may run the next job while the completion waits
-		// for its batch. The lease stays tracked (and heartbeated) until finish.
-		e.freeSlot()
+		// The handler is done: once the completion is queued (the queue is bounded, so a
+		// slow completer holds the slots back), its slot may run the next job while the
+		// completion waits for its batch. The lease stays tracked (and heartbeated) until
+		// finish.
 		w.enqueueCompletion(e)
+		e.freeSlot()
 		return
 	}
 
@@ -323,7 +325,8 @@ func (e *execution) finish(outcome Outcome) {
 // queued for the next batch, not when the batch is written: with slots held until the
 // write, claims were limited to the slots the last batch freed (bench drain: 328 jobs
 // per claim on average of the 500 allowed, and 760 completion statements per 200k
-// jobs). Pending completions stay bounded by the completion channel (CompleteBatchSize).
+// jobs). The slot is given back after the completion is queued, so pending completions
+// stay bounded by the completion channel (CompleteBatchSize) plus the batch being written.
 func (e *execution) freeSlot() {
 	w := e.w
 	e.mu.Lock()
