@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -14,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	ucli "github.com/urfave/cli/v2"
 
+	"github.com/fenceq/fenceq/internal/redact"
 	"github.com/fenceq/fenceq/migrations"
 )
 
@@ -40,18 +39,7 @@ func addCommonFlags(cmds []*ucli.Command) {
 
 // RedactURL hides the password of a connection string, URL or key=value form:
 // postgres://u:secret@host/db becomes postgres://u:xxxxx@host/db.
-func RedactURL(raw string) string {
-	if strings.Contains(raw, "://") {
-		u, err := url.Parse(raw)
-		if err != nil {
-			return "(unparseable database URL)"
-		}
-		return u.Redacted()
-	}
-	return kvPassword.ReplaceAllString(raw, "${1}xxxxx")
-}
-
-var kvPassword = regexp.MustCompile(`(?i)(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)`)
+func RedactURL(raw string) string { return redact.URL(raw) }
 
 // connectError is the one line printed when the database cannot be reached.
 func connectError(raw string, err error) error {

@@ -12,7 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -21,6 +20,7 @@ import (
 
 	"github.com/fenceq/fenceq/internal/faultproxy"
 	"github.com/fenceq/fenceq/internal/pgcluster"
+	"github.com/fenceq/fenceq/internal/redact"
 	"github.com/fenceq/fenceq/migrations"
 )
 
@@ -211,7 +211,7 @@ func NewEnv(ctx context.Context, cfg EnvConfig) (e *Env, err error) {
 	}
 	u, err := url.Parse(base)
 	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
-		return e, fmt.Errorf("chaos: database URL %s: want the postgres://user@host:port/db form", redactURL(base))
+		return e, fmt.Errorf("chaos: database URL %s: want the postgres://user@host:port/db form", redact.URL(base))
 	}
 	q := u.Query()
 	e.Schema = q.Get("search_path")
@@ -263,7 +263,7 @@ func NewEnv(ctx context.Context, cfg EnvConfig) (e *Env, err error) {
 		wu, err := url.Parse(cfg.WorkerDatabaseURL)
 		if err != nil || (wu.Scheme != "postgres" && wu.Scheme != "postgresql") {
 			return e, fmt.Errorf("chaos: worker database URL %s: want the postgres://user@host:port/db form",
-				redactURL(cfg.WorkerDatabaseURL))
+				redact.URL(cfg.WorkerDatabaseURL))
 		}
 		upstream = net.JoinHostPort(wu.Hostname(), portOf(wu))
 		workerURL = cfg.WorkerDatabaseURL
@@ -300,7 +300,7 @@ func portOf(u *url.URL) string {
 func (e *Env) createSchema(ctx context.Context) error {
 	conn, err := pgx.Connect(ctx, e.serverURL)
 	if err != nil {
-		return fmt.Errorf("chaos: connect to %s: %w", redactURL(e.serverURL), err)
+		return fmt.Errorf("chaos: connect to %s: %w", redact.URL(e.serverURL), err)
 	}
 	defer conn.Close(ctx)
 	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{e.Schema}.Sanitize()); err != nil {
@@ -472,16 +472,4 @@ func randomToken() string {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
-}
-
-// redactURL hides a password in a connection URL.
-func redactURL(raw string) string {
-	if !strings.Contains(raw, "://") {
-		return raw
-	}
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(unparseable URL)"
-	}
-	return u.Redacted()
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/fenceq/fenceq/internal/redact"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -106,9 +107,9 @@ func redactArgs(args []string) []string {
 	out := make([]string, len(args))
 	for i, a := range args {
 		if name, value, ok := strings.Cut(a, "="); ok && strings.HasPrefix(name, "-") {
-			out[i] = name + "=" + redactURL(value)
+			out[i] = name + "=" + redact.URL(value)
 		} else {
-			out[i] = redactURL(a)
+			out[i] = redact.URL(a)
 		}
 	}
 	return out

@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/fenceq/fenceq/internal/redact"
 	"github.com/fenceq/fenceq/migrations"
 )
 
@@ -69,7 +70,7 @@ func New(t testing.TB, opts ...Options) *DB {
 
 	admin, err := pgx.Connect(ctx, BaseURL())
 	if err != nil {
-		t.Fatalf("dbtest: connect to %s: %v (set TEST_DATABASE_URL)", redact(BaseURL()), err)
+		t.Fatalf("dbtest: connect to %s: %v (set TEST_DATABASE_URL)", redact.URL(BaseURL()), err)
 	}
 	defer admin.Close(ctx)
 	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()); err != nil {
@@ -164,12 +165,4 @@ func WithSearchPath(raw, schema string) string {
 	q.Set("search_path", schema)
 	u.RawQuery = q.Encode()
 	return u.String()
-}
-
-func redact(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(unparseable URL)"
-	}
-	return u.Redacted()
 }
