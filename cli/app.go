@@ -166,6 +166,15 @@ func setUsageErrors(c *ucli.Command) {
 }
 
 // needArgs checks the number of positional arguments.
+// listLimit reads a list command's --limit: at least 1, the most rows it shows.
+func listLimit(c *ucli.Context) (int, error) {
+	n := c.Int("limit")
+	if n < 1 {
+		return 0, usageError{fmt.Errorf("invalid --limit %d: want at least 1", n)}
+	}
+	return n, nil
+}
+
 func needArgs(c *ucli.Context, min, max int, usage string) error {
 	n := c.Args().Len()
 	if n < min || (max >= 0 && n > max) {

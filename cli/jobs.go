@@ -89,13 +89,17 @@ func jobsList(c *ucli.Context) error {
 	if st != "" && !st.Valid() {
 		return usageError{fmt.Errorf("invalid --state %q: want one of %s", st, stateNames())}
 	}
+	limit, err := listLimit(c)
+	if err != nil {
+		return err
+	}
 	pool, err := openSchema(c, 2)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
 	jobs, err := queue.ListJobs(c.Context, pool, queue.ListParams{State: st, Queue: c.String("queue"),
-		Kind: c.String("kind"), Limit: c.Int("limit")})
+		Kind: c.String("kind"), Limit: limit})
 	if err != nil {
 		return err
 	}

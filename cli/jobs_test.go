@@ -97,6 +97,13 @@ func TestJobsListShowRetryCancel(t *testing.T) {
 		t.Errorf("table:\n%s", out)
 	}
 	oneErrorLine(t, b.run(t, "jobs", "list", "--state", "done"), `invalid --state "done"`)
+	for _, n := range []string{"0", "-1"} {
+		r := b.run(t, "jobs", "list", "--limit", n)
+		oneErrorLine(t, r, "invalid --limit "+n+": want at least 1")
+		if r.code != 2 {
+			t.Errorf("jobs list --limit %s: exit %d, want 2 (bad command line)", n, r.code)
+		}
+	}
 
 	out = b.ok(t, "jobs", "show", strconv.FormatInt(a.ID, 10))
 	if !strings.Contains(out, "kind:") || !strings.Contains(out, "noop") {

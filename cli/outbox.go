@@ -53,13 +53,17 @@ func outboxList(c *ucli.Context) error {
 	if st != "" && !st.Valid() {
 		return usageError{fmt.Errorf("invalid --state %q: want one of %s", st, outboxStateNames())}
 	}
+	limit, err := listLimit(c)
+	if err != nil {
+		return err
+	}
 	pool, err := openSchema(c, 2)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
 	rows, err := queue.ListOutbox(c.Context, pool, queue.OutboxListParams{State: st, Topic: c.String("topic"),
-		Limit: c.Int("limit")})
+		Limit: limit})
 	if err != nil {
 		return err
 	}
