@@ -83,6 +83,9 @@ func enqueue(c *ucli.Context) error {
 		}
 		p.RunAt = t
 	}
+	if d := c.Duration("in"); d < 0 {
+		return usageError{fmt.Errorf("invalid --in %s: must not be negative", d)}
+	}
 	if c.Int("max-attempts") < 1 {
 		return usageError{fmt.Errorf("invalid --max-attempts %d: must be at least 1", c.Int("max-attempts"))}
 	}

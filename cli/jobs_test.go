@@ -97,6 +97,7 @@ func TestJobsListShowRetryCancel(t *testing.T) {
 		t.Errorf("table:\n%s", out)
 	}
 	oneErrorLine(t, b.run(t, "jobs", "list", "--state", "done"), `invalid --state "done"`)
+	oneErrorLine(t, b.run(t, "enqueue", "noop", "--in", "-5m"), "invalid --in -5m0s: must not be negative")
 	for _, n := range []string{"0", "-1"} {
 		r := b.run(t, "jobs", "list", "--limit", n)
 		oneErrorLine(t, r, "invalid --limit "+n+": want at least 1")
