@@ -123,7 +123,7 @@ func TestPausedHolderCannotWriteAfterRevocation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	jobA := <-aStarted
+	jobA := recv(t, aStarted, 10*time.Second, "worker A to start the job")
 	leaseA := jobA.Lease()
 	if leaseA.Gen != 1 || leaseA.Holder != "worker-A" {
 		t.Fatalf("A's lease = %+v, want generation 1 held by worker-A", leaseA)
@@ -150,7 +150,7 @@ func TestPausedHolderCannotWriteAfterRevocation(t *testing.T) {
 	// A resumes.
 	proxyA.SetBlackhole(false)
 	close(aResume)
-	if err := <-aCommitErr; !errors.Is(err, fenceq.ErrLeaseLost) {
+	if err := recv(t, aCommitErr, 10*time.Second, "A's commit"); !errors.Is(err, fenceq.ErrLeaseLost) {
 		t.Fatalf("A's fenced commit after revocation: %v, want ErrLeaseLost", err)
 	}
 	if cause, _ := aCtxCause.Load().(error); !errors.Is(cause, fenceq.ErrLeaseDeadline) && !errors.Is(cause, fenceq.ErrLeaseLost) {
@@ -231,12 +231,12 @@ func TestHeartbeatLossCancelsContextBeforeLeaseExpires(t *testing.T) {
 	if _, err := fenceq.Enqueue(b.ctx, b.db.Pool, resultArgs{}, nil); err != nil {
 		t.Fatal(err)
 	}
-	<-started
+	recv(t, started, 10*time.Second, "the job to start")
 	proxy.SetBlackhole(true)
 	// The network heals before the pools close; connections opened during the cut
 	// (pgx's cancel requests, waiting for replies that were dropped) are reset.
 	t.Cleanup(func() { proxy.SetBlackhole(false); proxy.ResetAll() })
-	c := <-got
+	c := recv(t, got, 15*time.Second, "the job's context to be cancelled")
 	if proxy.Dropped() == 0 {
 		t.Fatal("no heartbeat traffic was dropped: the fault did not happen")
 	}
@@ -271,7 +271,7 @@ func TestHeartbeatReportingLostLeaseCancelsContext(t *testing.T) {
 	if _, err := fenceq.Enqueue(b.ctx, b.db.Pool, resultArgs{}, nil); err != nil {
 		t.Fatal(err)
 	}
-	l := <-started
+	l := recv(t, started, 10*time.Second, "the job to start")
 	if _, err := queue.RequeueJob(b.ctx, b.db.Pool, l.JobID); err != nil {
 		t.Fatal(err)
 	}
@@ -359,13 +359,13 @@ func TestShutdownReleasesLeasesOfUnfinishedJobs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	<-started
+	recv(t, started, 10*time.Second, "the job to start")
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	if err := w.Stop(ctx); err != nil {
 		t.Fatalf("stop: %v", err)
 	}
-	if err := <-commitErr; !errors.Is(err, fenceq.ErrLeaseLost) {
+	if err := recv(t, commitErr, 10*time.Second, "the late commit"); !errors.Is(err, fenceq.ErrLeaseLost) {
 		t.Fatalf("commit after release: %v, want ErrLeaseLost", err)
 	}
 	j, err := queue.GetJob(b.ctx, b.db.Pool, res.Job.ID)
@@ -382,5 +382,18 @@ func TestShutdownReleasesLeasesOfUnfinishedJobs(t *testing.T) {
 	var workers int
 	if err := b.db.Pool.QueryRow(b.ctx, `SELECT count(*) FROM fenceq_workers`).Scan(&workers); err != nil || workers != 0 {
 		t.Fatalf("worker rows after stop = %d (%v), want 0", workers, err)
+	}
+}
+
+// recv receives from ch or fails the test after within: a bug must fail the test, not
+// hang it until go test's timeout.
+func recv[T any](t *testing.T, ch <-chan T, within time.Duration, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(within):
+		t.Fatalf("timed out after %s waiting for %s", within, what)
+		panic("unreachable")
 	}
 }

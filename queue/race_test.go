@@ -188,8 +188,9 @@ func TestFencedCommitHoldsOffReaper(t *testing.T) {
 	if _, err := b.db.Pool.Exec(b.ctx, `CREATE TABLE results (job_id bigint PRIMARY KEY, lease_gen bigint NOT NULL)`); err != nil {
 		t.Fatal(err)
 	}
-	waitExpired := func(id int64) {
-		for {
+	waitExpired := func(t *testing.T, id int64) {
+		deadline := time.Now().Add(10 * time.Second)
+		for time.Now().Before(deadline) {
 			var expired bool
 			if err := b.db.Pool.QueryRow(b.ctx, `SELECT lease_expires_at < now() FROM fenceq_jobs WHERE id = $1`, id).Scan(&expired); err != nil {
 				t.Fatal(err)
@@ -199,6 +200,7 @@ func TestFencedCommitHoldsOffReaper(t *testing.T) {
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
+		t.Fatalf("lease of job %d never expired by the database's clock", id)
 	}
 
 	t.Run("CommitWins", func(t *testing.T) {
@@ -207,7 +209,7 @@ func TestFencedCommitHoldsOffReaper(t *testing.T) {
 		err := queue.FencedCommit(b.ctx, b.db.Pool, l, func(ctx context.Context, tx pgx.Tx) error {
 			// Inside the fence: the holder "pauses" until its lease has expired by the
 			// database's clock, then the reaper runs.
-			waitExpired(j.ID)
+			waitExpired(t, j.ID)
 			revs, err := queue.Reap(ctx, b.db.Pool, queue.ReapParams{})
 			if err != nil {
 				return err
@@ -231,7 +233,7 @@ func TestFencedCommitHoldsOffReaper(t *testing.T) {
 	t.Run("ReaperWins", func(t *testing.T) {
 		j := b.insert(t, queue.InsertParams{Kind: "fence"})
 		l := b.claim(t, "holder", 1, 50*time.Millisecond)[0].Lease()
-		waitExpired(j.ID)
+		waitExpired(t, j.ID)
 		revs, err := queue.Reap(b.ctx, b.db.Pool, queue.ReapParams{})
 		if err != nil || len(revs) != 1 {
 			t.Fatalf("reap: %+v %v", revs, err)
