@@ -206,6 +206,10 @@ func TestLatencyPercentiles(t *testing.T) {
 	assertFigures(t, rep, 1)
 	for _, s := range rep.Systems {
 		m := s.Runs[0].Metrics
+		if m[MetricPickupP50] > m[MetricP50] || m[MetricPickupP50] > m[MetricPickupP99] {
+			t.Errorf("%s: pickup latency (from the committed enqueue) p50 %v, p99 %v; enqueue→start p50 %v",
+				s.Name, m[MetricPickupP50], m[MetricPickupP99], m[MetricP50])
+		}
 		if !(m[MetricP50] <= m[MetricP95] && m[MetricP95] <= m[MetricP99] && m[MetricP99] <= m[MetricMaxMs]) {
 			t.Errorf("%s: percentiles out of order: %v", s.Name, m)
 		}

@@ -27,13 +27,18 @@ const (
 	MetricMaxMs          = "max_ms"
 	MetricMeanMs         = "mean_ms"
 	MetricArrivalRate    = "arrival_per_sec" // latency: the rate actually offered
-	MetricJobs           = "jobs"
-	MetricSeconds        = "seconds"
-	MetricWALPerJob      = "wal_bytes_per_job" // cluster-wide WAL, so other load on the server counts too
-	MetricCommitsPerJob  = "commits_per_job"   // pg_stat_database.xact_commit of the database
-	MetricUpdatesPerJob  = "updates_per_job"   // of the job table
-	MetricHOTPct         = "hot_update_pct"    // share of the job table's updates that were HOT
-	MetricDeadTuples     = "dead_tuples"       // of the job table at the end of the run
+	// Latency from the moment the enqueue returned (its transaction committed, so its
+	// commit's WAL flush is not counted) to the handler's start; negative when the job
+	// started before the enqueue's reply arrived.
+	MetricPickupP50     = "pickup_p50_ms"
+	MetricPickupP99     = "pickup_p99_ms"
+	MetricJobs          = "jobs"
+	MetricSeconds       = "seconds"
+	MetricWALPerJob     = "wal_bytes_per_job" // cluster-wide WAL, so other load on the server counts too
+	MetricCommitsPerJob = "commits_per_job"   // pg_stat_database.xact_commit of the database
+	MetricUpdatesPerJob = "updates_per_job"   // of the job table
+	MetricHOTPct        = "hot_update_pct"    // share of the job table's updates that were HOT
+	MetricDeadTuples    = "dead_tuples"       // of the job table at the end of the run
 )
 
 var workloadMetrics = map[string][]string{
@@ -41,7 +46,7 @@ var workloadMetrics = map[string][]string{
 	WorkloadDrain:   {MetricJobsPerSec},
 	WorkloadFenced:  {MetricJobsPerSec},
 	WorkloadSteady:  {MetricJobsPerSec, MetricInsertedPerSec},
-	WorkloadLatency: {MetricP50, MetricP95, MetricP99, MetricMeanMs, MetricMaxMs, MetricArrivalRate},
+	WorkloadLatency: {MetricP50, MetricP95, MetricP99, MetricMeanMs, MetricMaxMs, MetricPickupP50, MetricPickupP99, MetricArrivalRate},
 }
 
 var statMetrics = []string{MetricJobs, MetricSeconds, MetricWALPerJob, MetricCommitsPerJob,

@@ -441,6 +441,7 @@ func measureLatency(ctx context.Context, e *env, s system) (measured, error) {
 	}
 	base := time.Now()
 	sent := make([]atomic.Int64, n)    // ns since base, before the insert was sent
+	acked := make([]atomic.Int64, n)   // ns since base, when the insert returned (committed)
 	started := make([]atomic.Int64, n) // ns since base, when the handler began
 	var dup atomic.Int64
 	c := newCounter()
@@ -478,6 +479,7 @@ func measureLatency(ctx context.Context, e *env, s system) (measured, error) {
 					errs <- err
 					return
 				}
+				acked[seq].Store(int64(time.Since(base)))
 			}
 		}()
 	}
@@ -499,6 +501,7 @@ func measureLatency(ctx context.Context, e *env, s system) (measured, error) {
 		return measured{}, fmt.Errorf("%w: %d jobs started twice", errVerify, d)
 	}
 	lat := make([]float64, 0, n)
+	pickup := make([]float64, 0, n)
 	var sum float64
 	for i := range sent {
 		st := started[i].Load()
@@ -507,9 +510,11 @@ func measureLatency(ctx context.Context, e *env, s system) (measured, error) {
 		}
 		ms := float64(st-sent[i].Load()) / 1e6
 		lat = append(lat, ms)
+		pickup = append(pickup, float64(st-acked[i].Load())/1e6)
 		sum += ms
 	}
 	slices.Sort(lat)
+	slices.Sort(pickup)
 	return measured{
 		m: map[string]float64{
 			MetricP50:         percentile(lat, 50),
@@ -517,6 +522,8 @@ func measureLatency(ctx context.Context, e *env, s system) (measured, error) {
 			MetricP99:         percentile(lat, 99),
 			MetricMaxMs:       lat[len(lat)-1],
 			MetricMeanMs:      sum / float64(len(lat)),
+			MetricPickupP50:   percentile(pickup, 50),
+			MetricPickupP99:   percentile(pickup, 99),
 			MetricArrivalRate: float64(n) / sendDur.Seconds(),
 			MetricJobs:        float64(n),
 			MetricSeconds:     sendDur.Seconds(),
