@@ -25,6 +25,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/fenceq/fenceq/internal/redact"
 	"io"
 	"log/slog"
 	"net/url"
@@ -229,7 +230,7 @@ func newEnv(ctx context.Context, cfg Config, sys string) (*env, error) {
 	schema = strings.ReplaceAll(schema, "-", "_")
 	boot, err := pgx.Connect(ctx, cfg.DatabaseURL)
 	if err != nil {
-		return nil, fmt.Errorf("connect to %s: %w", redact(cfg.DatabaseURL), err)
+		return nil, fmt.Errorf("connect to %s: %w", redact.URL(cfg.DatabaseURL), err)
 	}
 	defer boot.Close(ctx)
 	if _, err := boot.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()); err != nil {
@@ -302,14 +303,6 @@ func withSearchPath(raw, schema string) string {
 	q.Set("search_path", schema)
 	u.RawQuery = q.Encode()
 	return u.String()
-}
-
-func redact(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(unparseable URL)"
-	}
-	return u.Redacted()
 }
 
 func progressf(w io.Writer, format string, args ...any) {

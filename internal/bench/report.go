@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/fenceq/fenceq/internal/redact"
 	"io"
 	"os"
 	"runtime"
@@ -177,7 +178,7 @@ func newReport(ctx context.Context, cfg Config, systems []system) (*Report, erro
 	}
 	c, err := pgx.Connect(ctx, cfg.DatabaseURL)
 	if err != nil {
-		return nil, fmt.Errorf("connect to %s: %w", redact(cfg.DatabaseURL), err)
+		return nil, fmt.Errorf("connect to %s: %w", redact.URL(cfg.DatabaseURL), err)
 	}
 	defer c.Close(ctx)
 	cond := &r.Conditions

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -30,7 +31,7 @@ func sample(ctx context.Context, c *pgx.Conn, table string) (pgSample, error) {
 	}
 	var ins int64
 	err := c.QueryRow(ctx, sqlStatsTable, table).Scan(&s.updates, &s.hot, &s.dead, &ins)
-	if err != nil && err != pgx.ErrNoRows {
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return s, fmt.Errorf("read pg_stat_user_tables of %s: %w", table, err)
 	}
 	return s, nil
