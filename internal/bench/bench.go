@@ -25,7 +25,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/fenceq/fenceq/internal/redact"
 	"io"
 	"log/slog"
 	"net/url"
@@ -35,6 +34,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fenceq/fenceq/internal/redact"
 )
 
 // Workload names.

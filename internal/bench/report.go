@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/fenceq/fenceq/internal/redact"
 	"io"
 	"os"
 	"runtime"
@@ -14,6 +13,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/fenceq/fenceq/internal/redact"
 )
 
 // Metric names, as keys of RunResult.Metrics and of the JSON report.
