@@ -36,7 +36,9 @@ type execution struct {
 func (e *execution) markReleased() bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.released || e.finished {
+	// A job whose handler succeeded (slot given back, completion queued) is left to the
+	// completer: releasing it would throw the finished work away.
+	if e.released || e.finished || e.slotFree {
 		return false
 	}
 	e.released = true
