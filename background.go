@@ -75,12 +75,8 @@ func (w *Worker) heartbeatOnce(ctx context.Context) {
 	}
 	if !res.WorkerRegistered {
 		w.log.Warn("worker row missing from fenceq_workers; registering again")
-		var names []string
-		for n := range w.queues {
-			names = append(names, n)
-		}
 		rctx, cancel := context.WithTimeout(ctx, w.cfg.WriteTimeout)
-		if err := queue.RegisterWorker(rctx, w.pool, w.cfg.ID, hostname(), pid(), names); err != nil {
+		if err := w.register(rctx); err != nil {
 			w.log.Warn("register worker", "err", err)
 		}
 		cancel()

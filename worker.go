@@ -27,7 +27,7 @@ type Worker struct {
 	mu       sync.Mutex
 	execs    map[leaseKey]*execution // by (job id, generation): a job revoked here may be re-claimed here
 	running  map[string]int          // per queue: handlers running or settling (a success frees its slot once its completion is queued)
-	state    int                     // 0 new, 1 started, 2 stopping, 3 stopped
+	state    lifecycle
 	queues   map[string]*queueLoop
 	complete chan *execution
 
@@ -42,6 +42,16 @@ type Worker struct {
 	completeDone chan struct{}
 	runners      *runners
 }
+
+// lifecycle is where a Worker is between NewWorker and Stop.
+type lifecycle int
+
+const (
+	stateNew lifecycle = iota
+	stateStarted
+	stateStopping
+	stateStopped
+)
 
 type leaseKey struct{ id, gen int64 }
 
@@ -99,22 +109,16 @@ func (w *Worker) Config() Config { return w.cfg }
 // worker runs; call Stop to shut it down.
 func (w *Worker) Start(ctx context.Context) error {
 	w.mu.Lock()
-	if w.state != 0 {
+	if w.state != stateNew {
 		w.mu.Unlock()
 		return errors.New("start worker: already started")
 	}
-	w.state = 1
+	w.state = stateStarted
 	w.mu.Unlock()
 
-	host, _ := os.Hostname()
-	names := make([]string, 0, len(w.queues))
-	for n := range w.queues {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	if err := queue.RegisterWorker(ctx, w.pool, w.cfg.ID, host, os.Getpid(), names); err != nil {
+	if err := w.register(ctx); err != nil {
 		w.mu.Lock()
-		w.state = 0
+		w.state = stateNew
 		w.mu.Unlock()
 		return fmt.Errorf("start worker: %w", err)
 	}
@@ -155,7 +159,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		w.claimWG.Add(1)
 		go w.runQueue(claimCtx, ql)
 	}
-	w.log.Info("worker started", "queues", names, "lease", w.cfg.LeaseDuration,
+	w.log.Info("worker started", "queues", w.queueNames(), "lease", w.cfg.LeaseDuration,
 		"heartbeat", w.cfg.HeartbeatInterval)
 	return nil
 }
@@ -167,11 +171,11 @@ func (w *Worker) Start(ctx context.Context) error {
 // released. Stop returns an error if such handlers were still running at the end.
 func (w *Worker) Stop(ctx context.Context) error {
 	w.mu.Lock()
-	if w.state != 1 {
+	if w.state != stateStarted {
 		w.mu.Unlock()
 		return nil
 	}
-	w.state = 2
+	w.state = stateStopping
 	w.mu.Unlock()
 
 	w.claimCancel()
@@ -207,7 +211,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 		w.log.Warn("deregister worker", "err", err)
 	}
 	w.mu.Lock()
-	w.state = 3
+	w.state = stateStopped
 	w.mu.Unlock()
 	w.log.Info("worker stopped")
 	return result
@@ -334,9 +338,18 @@ func (w *Worker) claimOnce(ctx context.Context, ql *queueLoop) bool {
 	return len(rows) == limit
 }
 
-func hostname() string {
-	h, _ := os.Hostname()
-	return h
+// queueNames returns the served queues, sorted.
+func (w *Worker) queueNames() []string {
+	names := make([]string, 0, len(w.queues))
+	for n := range w.queues {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
 }
 
-func pid() int { return os.Getpid() }
+// register records this process in fenceq_workers (again, if its row was removed).
+func (w *Worker) register(ctx context.Context) error {
+	host, _ := os.Hostname()
+	return queue.RegisterWorker(ctx, w.pool, w.cfg.ID, host, os.Getpid(), w.queueNames())
+}

@@ -201,6 +201,9 @@ const sqlCompleteLocked = `
 UPDATE fenceq_jobs SET state = 'completed', finished_at = now(), lease_expires_at = NULL
 WHERE id = $1 AND lease_gen = $2 AND state = 'running'`
 
+// sqlJobLease reads the generation and state a job has now (Landed).
+const sqlJobLease = `SELECT lease_gen, state FROM fenceq_jobs WHERE id = $1`
+
 const sqlRecordStale = `
 INSERT INTO fenceq_lease_events (job_id, lease_gen, worker_id, kind, detail)
 VALUES ($1, $2, $3, 'stale_write_rejected', $4)`

@@ -332,7 +332,7 @@ func WithLease(ctx context.Context, db Beginner, l Lease, fn TxFunc) error {
 func Landed(ctx context.Context, db DBTX, l Lease) (State, bool, error) {
 	var gen int64
 	var state string
-	err := db.QueryRow(ctx, `SELECT lease_gen, state FROM fenceq_jobs WHERE id = $1`, l.JobID).Scan(&gen, &state)
+	err := db.QueryRow(ctx, sqlJobLease, l.JobID).Scan(&gen, &state)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", false, fmt.Errorf("job %d: %w", l.JobID, ErrNotFound)
 	}
