@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fenceq/fenceq"
+	"github.com/fenceq/fenceq/internal/connstr"
 	"github.com/fenceq/fenceq/internal/dbtest"
 	"github.com/fenceq/fenceq/migrations"
 )
@@ -86,7 +87,7 @@ func exampleSchema(ctx context.Context) (*pgxpool.Pool, func()) {
 	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
 		log.Fatal(err)
 	}
-	pool, err := pgxpool.New(ctx, dbtest.WithSearchPath(dbtest.BaseURL(), schema))
+	pool, err := pgxpool.New(ctx, connstr.WithSearchPath(dbtest.BaseURL(), schema))
 	if err != nil {
 		log.Fatal(err)
 	}

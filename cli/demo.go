@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -18,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	ucli "github.com/urfave/cli/v2"
 
+	"github.com/fenceq/fenceq/internal/connstr"
 	"github.com/fenceq/fenceq/internal/pgcluster"
 	"github.com/fenceq/fenceq/internal/verify"
 	"github.com/fenceq/fenceq/migrations"
@@ -139,7 +139,7 @@ func demoAction(c *ucli.Context) error {
 	if _, err := admin.Exec(ctx, fmt.Sprintf(sqlDemoCreateSchema, ident)); err != nil {
 		return fmt.Errorf("demo: create schema %s: %w (the demo needs the CREATE privilege on the database)", schema, err)
 	}
-	schemaURL := withSearchPath(base, schema)
+	schemaURL := connstr.WithSearchPath(base, schema)
 	defer func() {
 		if keep && stopDB == nil {
 			return
@@ -234,18 +234,6 @@ func demoDatabase(ctx context.Context, c *ucli.Context, pr *progress) (raw, wher
 		pr.say("throwaway cluster stopped and removed")
 	}
 	return cl.URL, fmt.Sprintf("a throwaway cluster (PostgreSQL from %s, port %d, in %s)", cl.BinDir, cl.Port, cl.Dir), stop, nil
-}
-
-// withSearchPath sets search_path on a URL or key=value connection string.
-func withSearchPath(raw, schema string) string {
-	u, err := url.Parse(raw)
-	if err != nil || u.Scheme == "" {
-		return raw + " search_path=" + schema
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return u.String()
 }
 
 // fanout sends each record to every handler that wants its level.

@@ -27,7 +27,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -35,6 +34,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/fenceq/fenceq/internal/connstr"
 	"github.com/fenceq/fenceq/internal/redact"
 )
 
@@ -237,7 +237,7 @@ func newEnv(ctx context.Context, cfg Config, sys string) (*env, error) {
 	if _, err := boot.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()); err != nil {
 		return nil, fmt.Errorf("create schema %s: %w", schema, err)
 	}
-	e := &env{cfg: cfg, schema: schema, url: withSearchPath(cfg.DatabaseURL, schema)}
+	e := &env{cfg: cfg, schema: schema, url: connstr.WithSearchPath(cfg.DatabaseURL, schema)}
 	if err := e.reopenPool(ctx); err != nil {
 		e.close()
 		return nil, err
@@ -293,17 +293,6 @@ func (e *env) close() {
 	if _, err := c.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{e.schema}.Sanitize()+" CASCADE"); err != nil {
 		e.cfg.Logger.Warn("bench: drop schema", "schema", e.schema, "err", err)
 	}
-}
-
-func withSearchPath(raw, schema string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return raw
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return u.String()
 }
 
 func progressf(w io.Writer, format string, args ...any) {

@@ -10,7 +10,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"net/url"
 	"os"
 	"sync/atomic"
 	"testing"
@@ -19,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/fenceq/fenceq/internal/connstr"
 	"github.com/fenceq/fenceq/internal/redact"
 	"github.com/fenceq/fenceq/migrations"
 )
@@ -90,7 +90,7 @@ func New(t testing.TB, opts ...Options) *DB {
 		}
 	})
 
-	u := WithSearchPath(BaseURL(), schema)
+	u := connstr.WithSearchPath(BaseURL(), schema)
 	cfg, err := pgxpool.ParseConfig(u)
 	if err != nil {
 		t.Fatalf("dbtest: parse url: %v", err)
@@ -153,16 +153,4 @@ func (d *DB) PartitionedPool(t testing.TB, maxConns int32) (*pgxpool.Pool, *atom
 	}
 	t.Cleanup(pool.Close)
 	return pool, cut
-}
-
-// WithSearchPath adds search_path=schema to a connection URL.
-func WithSearchPath(raw, schema string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return raw
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return u.String()
 }
