@@ -79,7 +79,9 @@ RETURNING ` + jobColumns
 // The state is compared with a column of the batch so that rows are looked up by id
 // (see sqlCompleteMany). The held and renewed ids are aggregated apart (every renewed
 // lease is also held): joining them was a nested loop, quadratic in the leases (1.2 of
-// the 1.7 ms of a 100-lease heartbeat).
+// the 1.7 ms of a 100-lease heartbeat). Both come back as (id, generation) pairs: a
+// worker can send two leases of one job (an old one, revoked while its handler still
+// runs, and the one it claimed afterwards), and only the matching generation is held.
 //
 // Rows locked by someone else right now (this process's own fenced commit, the reaper,
 // an operator) are skipped rather than waited for, so one long transaction cannot stall
@@ -89,7 +91,7 @@ const sqlHeartbeat = `
 WITH l AS MATERIALIZED (
     SELECT l.*, 'running'::text AS lstate FROM unnest($1::bigint[], $2::bigint[]) AS l(lid, lgen)),
 held AS (
-    SELECT j.id FROM fenceq_jobs j JOIN l ON j.id = l.lid
+    SELECT j.id, j.lease_gen FROM fenceq_jobs j JOIN l ON j.id = l.lid
     WHERE j.lease_gen = l.lgen AND j.state = l.lstate),
 lk AS (
     SELECT j.id AS lk_id, l.lgen AS lk_gen, l.lstate AS lk_state FROM fenceq_jobs j JOIN l ON j.id = l.lid
@@ -100,11 +102,11 @@ upd AS (
     UPDATE fenceq_jobs j
     SET heartbeat_at = now(), lease_expires_at = now() + $3::bigint * interval '1 microsecond'
     FROM lk WHERE j.id = lk.lk_id AND j.lease_gen = lk.lk_gen AND j.state = lk.lk_state
-    RETURNING j.id),
+    RETURNING j.id, j.lease_gen),
 w AS (UPDATE fenceq_workers SET heartbeat_at = now() WHERE id = $4 RETURNING id)
-SELECT (SELECT COALESCE(array_agg(id), '{}') FROM held)::bigint[],
-       (SELECT COALESCE(array_agg(id), '{}') FROM upd)::bigint[],
-       (SELECT count(*) FROM w)`
+SELECT h.ids, h.gens, u.ids, u.gens, (SELECT count(*) FROM w)
+FROM (SELECT COALESCE(array_agg(id), '{}')::bigint[] AS ids, COALESCE(array_agg(lease_gen), '{}')::bigint[] AS gens FROM held) h,
+     (SELECT COALESCE(array_agg(id), '{}')::bigint[] AS ids, COALESCE(array_agg(lease_gen), '{}')::bigint[] AS gens FROM upd) u`
 
 // staleWrite is appended to every single-lease write: when the guarded UPDATE matched
 // nothing, the rejection is recorded in the same statement. $1 id, $2 gen, $3 worker.

@@ -111,33 +111,29 @@ func Heartbeat(ctx context.Context, db DBTX, workerID string, leases []Lease, le
 	for i, l := range leases {
 		ids[i], gens[i] = l.JobID, l.Gen
 	}
-	var held, renewed []int64
+	var heldIDs, heldGens, renewedIDs, renewedGens []int64
 	var workerRows int64
-	err := db.QueryRow(ctx, sqlHeartbeat, ids, gens, micros(lease), workerID).Scan(&held, &renewed, &workerRows)
+	err := db.QueryRow(ctx, sqlHeartbeat, ids, gens, micros(lease), workerID).
+		Scan(&heldIDs, &heldGens, &renewedIDs, &renewedGens, &workerRows)
 	if err != nil {
 		return HeartbeatResult{}, fmt.Errorf("heartbeat %d leases of worker %s: %w", len(leases), workerID, err)
 	}
 	res := HeartbeatResult{WorkerRegistered: workerRows > 0}
-	heldSet := make(map[int64]bool, len(held))
-	for _, id := range held {
-		heldSet[id] = false
+	type key struct{ id, gen int64 }
+	// held: false when held but not renewed (busy), true when renewed.
+	held := make(map[key]bool, len(heldIDs))
+	for i, id := range heldIDs {
+		held[key{id, heldGens[i]}] = false
 	}
-	for _, id := range renewed {
-		heldSet[id] = true
-	}
-	// A worker can hold two leases of one job: an old one, revoked while its handler
-	// still runs, and the one it claimed afterwards. The rows above name jobs, not
-	// generations; since generations only grow, only the highest one sent can be held.
-	newest := make(map[int64]int64, len(leases))
-	for _, l := range leases {
-		newest[l.JobID] = max(newest[l.JobID], l.Gen)
+	for i, id := range renewedIDs {
+		held[key{id, renewedGens[i]}] = true
 	}
 	for _, l := range leases {
-		r, ok := heldSet[l.JobID]
+		renewed, ok := held[key{l.JobID, l.Gen}]
 		switch {
-		case !ok || l.Gen < newest[l.JobID]:
+		case !ok:
 			res.Lost = append(res.Lost, l)
-		case r:
+		case renewed:
 			res.Renewed = append(res.Renewed, l)
 		default:
 			res.Busy = append(res.Busy, l)
