@@ -323,7 +323,7 @@ func (e *execution) finish(outcome Outcome) {
 }
 
 // freeSlot gives the execution's queue slot back, once, and wakes the queue's claim
-// loop. A job whose handler succeeded gives it back as soon as its completion is
+// loop if it waits for a slot. A job whose handler succeeded gives it back as soon as its completion is
 // queued for the next batch, not when the batch is written: with slots held until the
 // write, claims were limited to the slots the last batch freed (bench drain: 328 jobs
 // per claim on average of the 500 allowed, and 760 completion statements per 200k
@@ -341,8 +341,12 @@ func (e *execution) freeSlot() {
 	w.mu.Lock()
 	w.running[e.row.Queue]--
 	ql := w.queues[e.row.Queue]
+	wake := ql != nil && ql.starved
+	if wake {
+		ql.starved = false
+	}
 	w.mu.Unlock()
-	if ql != nil {
+	if wake {
 		ql.poke()
 	}
 }

@@ -66,6 +66,11 @@ type queueLoop struct {
 	// touches them.
 	cursor       *queue.ClaimCursor
 	lookedBehind time.Time
+	// starved is set, under Worker.mu, when the claim loop found no free slot; the next
+	// freed slot wakes it. Freed slots do not wake it otherwise: with a wake-up per
+	// finished job, every job cost an empty claim besides its own (bench latency at
+	// 300 jobs/s: 2.0 claim statements per job).
+	starved bool
 }
 
 func (q *queueLoop) poke() {
@@ -295,6 +300,7 @@ func (w *Worker) runQueue(ctx context.Context, ql *queueLoop) {
 func (w *Worker) claimOnce(ctx context.Context, ql *queueLoop) bool {
 	w.mu.Lock()
 	free := ql.max - w.running[ql.name]
+	ql.starved = free <= 0
 	w.mu.Unlock()
 	limit := min(free, w.cfg.ClaimBatchSize, (ql.max+1)/2)
 	if limit <= 0 {
