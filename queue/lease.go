@@ -76,9 +76,9 @@ func Claim(ctx context.Context, db DBTX, p ClaimParams) ([]*JobRow, error) {
 	var rows pgx.Rows
 	var err error
 	if a := p.After; a != nil {
-		rows, err = db.Query(ctx, sqlClaimAfter, p.Queue, p.Limit, p.WorkerID, micros(p.Lease), a.Priority, a.RunAt, a.ID)
+		rows, err = db.Query(ctx, sqlClaimAfter, customPlan, p.Queue, p.Limit, p.WorkerID, micros(p.Lease), a.Priority, a.RunAt, a.ID)
 	} else {
-		rows, err = db.Query(ctx, sqlClaim, p.Queue, p.Limit, p.WorkerID, micros(p.Lease))
+		rows, err = db.Query(ctx, sqlClaim, customPlan, p.Queue, p.Limit, p.WorkerID, micros(p.Lease))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("claim jobs in queue %q: %w", p.Queue, err)
@@ -113,7 +113,7 @@ func Heartbeat(ctx context.Context, db DBTX, workerID string, leases []Lease, le
 	}
 	var heldIDs, heldGens, renewedIDs, renewedGens []int64
 	var workerRows int64
-	err := db.QueryRow(ctx, sqlHeartbeat, ids, gens, micros(lease), workerID).
+	err := db.QueryRow(ctx, sqlHeartbeat, customPlan, ids, gens, micros(lease), workerID).
 		Scan(&heldIDs, &heldGens, &renewedIDs, &renewedGens, &workerRows)
 	if err != nil {
 		return HeartbeatResult{}, fmt.Errorf("heartbeat %d leases of worker %s: %w", len(leases), workerID, err)
@@ -143,7 +143,7 @@ func Heartbeat(ctx context.Context, db DBTX, workerID string, leases []Lease, le
 }
 
 func fencedWrite(ctx context.Context, db DBTX, op string, l Lease, sql string, args ...any) (State, error) {
-	all := append([]any{l.JobID, l.Gen, l.Holder}, args...)
+	all := append([]any{customPlan, l.JobID, l.Gen, l.Holder}, args...)
 	var state string
 	err := db.QueryRow(ctx, sql, all...).Scan(&state)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -176,7 +176,7 @@ func CompleteMany(ctx context.Context, db DBTX, holder string, leases []Lease) (
 		byID[l.JobID] = l
 	}
 	var lostIDs []int64
-	if err := db.QueryRow(ctx, sqlCompleteMany, ids, gens, holder).Scan(&lostIDs); err != nil {
+	if err := db.QueryRow(ctx, sqlCompleteMany, customPlan, ids, gens, holder).Scan(&lostIDs); err != nil {
 		return nil, fmt.Errorf("complete %d jobs: %w", len(leases), err)
 	}
 	lost := make([]Lease, 0, len(lostIDs))
@@ -239,7 +239,7 @@ func Release(ctx context.Context, db DBTX, l Lease) error {
 // transaction ends. It returns ErrLeaseLost when the lease is gone; roll back then.
 func LockLease(ctx context.Context, tx pgx.Tx, l Lease) error {
 	var state string
-	err := tx.QueryRow(ctx, sqlLockLease, l.JobID, l.Gen).Scan(&state)
+	err := tx.QueryRow(ctx, sqlLockLease, customPlan, l.JobID, l.Gen).Scan(&state)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("lock job %d at lease generation %d: %w", l.JobID, l.Gen, ErrLeaseLost)
 	}
@@ -251,7 +251,7 @@ func LockLease(ctx context.Context, tx pgx.Tx, l Lease) error {
 
 // CompleteLocked completes a job inside the transaction that locked it with LockLease.
 func CompleteLocked(ctx context.Context, tx pgx.Tx, l Lease) error {
-	tag, err := tx.Exec(ctx, sqlCompleteLocked, l.JobID, l.Gen)
+	tag, err := tx.Exec(ctx, sqlCompleteLocked, customPlan, l.JobID, l.Gen)
 	if err != nil {
 		return fmt.Errorf("complete job %d: %w", l.JobID, err)
 	}
@@ -328,7 +328,7 @@ func WithLease(ctx context.Context, db Beginner, l Lease, fn TxFunc) error {
 func Landed(ctx context.Context, db DBTX, l Lease) (State, bool, error) {
 	var gen int64
 	var state string
-	err := db.QueryRow(ctx, sqlJobLease, l.JobID).Scan(&gen, &state)
+	err := db.QueryRow(ctx, sqlJobLease, customPlan, l.JobID).Scan(&gen, &state)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", false, fmt.Errorf("job %d: %w", l.JobID, ErrNotFound)
 	}

@@ -36,7 +36,7 @@ func Reap(ctx context.Context, db DBTX, p ReapParams) ([]Revocation, error) {
 	if p.Limit <= 0 {
 		p.Limit = 1000
 	}
-	rows, err := db.Query(ctx, sqlReap, p.Limit, micros(p.HolderFresh))
+	rows, err := db.Query(ctx, sqlReap, customPlan, p.Limit, micros(p.HolderFresh))
 	if err != nil {
 		return nil, fmt.Errorf("reap expired leases: %w", err)
 	}
@@ -61,7 +61,7 @@ func Reap(ctx context.Context, db DBTX, p ReapParams) ([]Revocation, error) {
 // available, and wakes their queues. It returns how many it promoted.
 func PromoteDue(ctx context.Context, db DBTX, limit int) (int64, error) {
 	var n, woke int64
-	if err := db.QueryRow(ctx, sqlPromoteDue, limit).Scan(&n, &woke); err != nil {
+	if err := db.QueryRow(ctx, sqlPromoteDue, customPlan, limit).Scan(&n, &woke); err != nil {
 		return 0, fmt.Errorf("promote due jobs: %w", err)
 	}
 	return n, nil
@@ -69,7 +69,7 @@ func PromoteDue(ctx context.Context, db DBTX, limit int) (int64, error) {
 
 // PruneFinished deletes up to limit finished jobs whose finished_at is older than age.
 func PruneFinished(ctx context.Context, db DBTX, age time.Duration, limit int) (int64, error) {
-	tag, err := db.Exec(ctx, sqlPruneFinished, micros(age), limit)
+	tag, err := db.Exec(ctx, sqlPruneFinished, customPlan, micros(age), limit)
 	if err != nil {
 		return 0, fmt.Errorf("prune finished jobs older than %s: %w", age, err)
 	}
