@@ -1,8 +1,11 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"runtime/pprof"
 	"strings"
 
 	ucli "github.com/urfave/cli/v2"
@@ -50,6 +53,8 @@ func benchCommand() *ucli.Command {
 			&ucli.IntFlag{Name: "ceiling-claimers", Usage: "concurrent claimers of the bare-SQL ceiling", DefaultText: "2"},
 			&ucli.IntFlag{Name: "claim-batch", Usage: "fenceq ClaimBatchSize", DefaultText: "the engine's"},
 			&ucli.BoolFlag{Name: "trace-sql", Usage: "after each run, print its statements by total time on stderr"},
+			&ucli.StringFlag{Name: "cpuprofile", Usage: "write a Go CPU profile of the whole bench (this process: the workers and the load) to `FILE`"},
+			&ucli.StringFlag{Name: "memprofile", Usage: "write a Go allocation profile of the whole bench to `FILE`"},
 			&ucli.BoolFlag{Name: "quiet", Usage: "no progress lines on stderr"},
 			&ucli.BoolFlag{Name: "verbose", Usage: "show the systems' own warnings on stderr"},
 		},
@@ -84,7 +89,14 @@ func benchCommand() *ucli.Command {
 			if err := benchUsage(cfg); err != nil {
 				return err
 			}
+			stopProfiles, err := startProfiles(c.String("cpuprofile"), c.String("memprofile"))
+			if err != nil {
+				return err
+			}
 			rep, err := bench.Run(c.Context, cfg)
+			if perr := stopProfiles(); perr != nil && err == nil {
+				return perr
+			}
 			if err != nil {
 				return fmt.Errorf("bench %s against %s: %w", cfg.Workload, RedactURL(cfg.DatabaseURL), err)
 			}
@@ -94,6 +106,46 @@ func benchCommand() *ucli.Command {
 			return rep.WriteText(stdout(c))
 		},
 	}
+}
+
+// startProfiles starts a CPU profile into cpuFile (if set); the returned function stops
+// it and writes the allocation profile into memFile (if set).
+func startProfiles(cpuFile, memFile string) (func() error, error) {
+	var cpu *os.File
+	if cpuFile != "" {
+		f, err := os.Create(cpuFile)
+		if err != nil {
+			return nil, fmt.Errorf("cpu profile: %w", err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			_ = f.Close()
+			return nil, fmt.Errorf("cpu profile %s: %w", cpuFile, err)
+		}
+		cpu = f
+	}
+	return func() error {
+		var errs []error
+		if cpu != nil {
+			pprof.StopCPUProfile()
+			if err := cpu.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("cpu profile %s: %w", cpuFile, err))
+			}
+		}
+		if memFile != "" {
+			f, err := os.Create(memFile)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("memory profile: %w", err))
+			} else {
+				if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+					errs = append(errs, fmt.Errorf("memory profile %s: %w", memFile, err))
+				}
+				if err := f.Close(); err != nil {
+					errs = append(errs, fmt.Errorf("memory profile %s: %w", memFile, err))
+				}
+			}
+		}
+		return errors.Join(errs...)
+	}, nil
 }
 
 // benchUsage turns the command-line mistakes into usage errors (exit 2) before any
