@@ -41,6 +41,9 @@ const (
 	MetricUpdatesPerJob = "updates_per_job"   // of the job table
 	MetricHOTPct        = "hot_update_pct"    // share of the job table's updates that were HOT
 	MetricDeadTuples    = "dead_tuples"       // of the job table at the end of the run
+	// CPU time (user + system) of the bench process per job during the measured phase:
+	// the side's workers plus the bench's own inserts (steady, latency), not the server's.
+	MetricClientCPUPerJob = "client_cpu_us_per_job"
 )
 
 var workloadMetrics = map[string][]string{
@@ -51,8 +54,8 @@ var workloadMetrics = map[string][]string{
 	WorkloadLatency: {MetricP50, MetricP95, MetricP99, MetricMeanMs, MetricMaxMs, MetricPickupP50, MetricPickupP99, MetricArrivalRate},
 }
 
-var statMetrics = []string{MetricJobs, MetricSeconds, MetricWALPerJob, MetricCommitsPerJob,
-	MetricUpdatesPerJob, MetricHOTPct, MetricDeadTuples}
+var statMetrics = []string{MetricJobs, MetricSeconds, MetricClientCPUPerJob, MetricWALPerJob,
+	MetricCommitsPerJob, MetricUpdatesPerJob, MetricHOTPct, MetricDeadTuples}
 
 // Metrics returns the metrics reported for a workload: its headline figures first,
 // then the per-job statistics.

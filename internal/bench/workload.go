@@ -121,10 +121,15 @@ func runOnce(ctx context.Context, cfg Config, s system, idx int) (*RunResult, er
 			return nil, err
 		}
 	}
+	cpu0, cpuOK := processCPU()
 	res, err := w.measure(ctx, e, s)
+	cpu1, _ := processCPU()
 	idle.end()
 	if err != nil {
 		return nil, err
+	}
+	if cpuOK && res.jobs > 0 {
+		res.m[MetricClientCPUPerJob] = float64((cpu1 - cpu0).Microseconds()) / float64(res.jobs)
 	}
 	if e.trace != nil {
 		e.trace.write(cfg.Progress, fmt.Sprintf("%s run %d", s.name(), idx), 8)
