@@ -95,7 +95,7 @@ func NewWorker(pool *pgxpool.Pool, cfg Config) (*Worker, error) {
 		execs:    map[leaseKey]*execution{},
 		running:  map[string]int{},
 		queues:   map[string]*queueLoop{},
-		runners:  newRunners(),
+		runners:  newRunners(runnerIdle),
 		complete: make(chan *execution, cfg.CompleteBatchSize),
 	}
 	for name, q := range cfg.Queues {
