@@ -141,8 +141,11 @@ func (w *Worker) flushCompletions(batch []*execution) {
 		}
 		return
 	}
-	lostSet := make(map[int64]bool, len(lost))
+	var lostSet map[int64]bool // nil (nothing lost) in the common case
 	for _, l := range lost {
+		if lostSet == nil {
+			lostSet = make(map[int64]bool, len(lost))
+		}
 		lostSet[l.JobID] = true
 		w.obs.StaleWriteRejected("complete", l)
 		w.log.Warn("completion rejected: lease lost", "job_id", l.JobID, "lease_gen", l.Gen)

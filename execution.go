@@ -95,10 +95,9 @@ func (w *Worker) startExecution(row *JobRow, sent time.Time) {
 	h := w.cfg.Handlers.m[row.Kind]
 	e := &execution{w: w, row: row, lease: row.Lease(), handler: h, start: time.Now()}
 	e.ctx, e.cancel = context.WithCancelCause(w.jobCtx)
-	e.deadline = time.AfterFunc(w.cfg.LeaseDuration-w.cfg.LeaseMargin, func() {
+	e.deadline = time.AfterFunc(time.Until(sent.Add(w.cfg.LeaseDuration-w.cfg.LeaseMargin)), func() {
 		e.cancel(ErrLeaseDeadline)
 	})
-	e.extend(sent)
 	w.mu.Lock()
 	w.execs[keyOf(e.lease)] = e
 	w.running[row.Queue]++

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // State is the state of a job row.
@@ -142,6 +143,65 @@ func scanJob(row pgx.Row) (*JobRow, error) {
 		}
 	}
 	return &j, nil
+}
+
+// claimedColumns are what a claim returns: the columns a claim did not just set. The
+// rest (queue, state, leased_by, heartbeat_at, finished_at) follow from the claim, and
+// errors comes back only when there are any. With every column returned, scanning the
+// claimed rows and their separately allocated pointer fields was a tenth of the
+// worker's CPU in bench drain.
+const claimedColumns = `id, kind, args, priority, run_at, attempt, max_attempts, lease_gen,
+	lease_expires_at, attempted_at, unique_key, NULLIF(errors, '[]'::jsonb), created_at`
+
+// claimedRow holds a claimed job's row together with the values its pointer fields
+// point to, so that each claimed job is one allocation (besides its args).
+type claimedRow struct {
+	row       JobRow
+	leasedBy  string
+	heartbeat time.Time
+	expires   time.Time
+	attempted time.Time
+}
+
+// collectClaimed reads the rows of a claim of queue by worker (see claimedColumns).
+func collectClaimed(rows pgx.Rows, queue, worker string, limit int) ([]*JobRow, error) {
+	defer rows.Close()
+	out := make([]*JobRow, 0, limit)
+	kinds := map[string]string{} // one string per kind, not per job
+	// One set of scan targets for every row: a Scan call with the fields of each new
+	// row as targets allocated its argument list per row.
+	var (
+		r         JobRow
+		kind      pgtype.DriverBytes
+		expires   time.Time
+		attempted time.Time
+		errs      []byte
+	)
+	dest := []any{&r.ID, &kind, (*[]byte)(&r.Args), &r.Priority, &r.RunAt, &r.Attempt, &r.MaxAttempts,
+		&r.LeaseGen, &expires, &attempted, &r.UniqueKey, &errs, &r.CreatedAt}
+	for rows.Next() {
+		// Scanned as bytes: into a json.RawMessage, pgx would run json.Unmarshal on it.
+		r.Args, r.UniqueKey, errs = nil, nil, nil
+		if err := rows.Scan(dest...); err != nil {
+			return nil, err
+		}
+		c := &claimedRow{row: r, leasedBy: worker, heartbeat: attempted, expires: expires, attempted: attempted}
+		j := &c.row
+		k, ok := kinds[string(kind)]
+		if !ok {
+			k = string(kind)
+			kinds[k] = k
+		}
+		j.Kind, j.Queue, j.State = k, queue, StateRunning
+		j.LeasedBy, j.HeartbeatAt, j.LeaseExpiresAt, j.AttemptedAt = &c.leasedBy, &c.heartbeat, &c.expires, &c.attempted
+		if len(errs) > 0 {
+			if err := json.Unmarshal(errs, &j.Errors); err != nil {
+				return nil, err
+			}
+		}
+		out = append(out, j)
+	}
+	return out, rows.Err()
 }
 
 func collectJobs(rows pgx.Rows) ([]*JobRow, error) {

@@ -51,7 +51,7 @@ SET state = 'running', attempt = attempt + 1, lease_gen = lease_gen + 1,
     leased_by = $3, heartbeat_at = now(), attempted_at = now(),
     lease_expires_at = now() + $4::bigint * interval '1 microsecond'
 FROM next WHERE id = next.next_id
-RETURNING ` + jobColumns
+RETURNING ` + claimedColumns
 
 // sqlClaimAfter is sqlClaim starting after a position in claim order: $5 priority,
 // $6 run_at, $7 id. The row comparison is an index condition of fenceq_jobs_claim_idx,
@@ -71,7 +71,7 @@ SET state = 'running', attempt = attempt + 1, lease_gen = lease_gen + 1,
     leased_by = $3, heartbeat_at = now(), attempted_at = now(),
     lease_expires_at = now() + $4::bigint * interval '1 microsecond'
 FROM next WHERE id = next.next_id
-RETURNING ` + jobColumns
+RETURNING ` + claimedColumns
 
 // sqlHeartbeat renews every lease a process holds in one statement and heartbeats the
 // worker row. $1 ids, $2 generations, $3 lease (µs), $4 worker id.

@@ -52,14 +52,16 @@ func (c ClaimCursor) Less(d ClaimCursor) bool {
 // CursorAfter returns the position of the last of jobs in claim order, or nil for none:
 // the cursor for the next claim.
 func CursorAfter(jobs []*JobRow) *ClaimCursor {
-	var last *ClaimCursor
-	for _, j := range jobs {
-		c := ClaimCursor{Priority: j.Priority, RunAt: j.RunAt, ID: j.ID}
-		if last == nil || last.Less(c) {
-			last = &c
+	if len(jobs) == 0 {
+		return nil
+	}
+	last := ClaimCursor{Priority: jobs[0].Priority, RunAt: jobs[0].RunAt, ID: jobs[0].ID}
+	for _, j := range jobs[1:] {
+		if c := (ClaimCursor{Priority: j.Priority, RunAt: j.RunAt, ID: j.ID}); last.Less(c) {
+			last = c
 		}
 	}
-	return last
+	return &last
 }
 
 // Claim leases up to Limit available jobs of one queue to a worker. Each claimed job's
@@ -83,7 +85,7 @@ func Claim(ctx context.Context, db DBTX, p ClaimParams) ([]*JobRow, error) {
 	if err != nil {
 		return nil, fmt.Errorf("claim jobs in queue %q: %w", p.Queue, err)
 	}
-	jobs, err := collectJobs(rows)
+	jobs, err := collectClaimed(rows, p.Queue, p.WorkerID, p.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("claim jobs in queue %q: %w", p.Queue, err)
 	}
@@ -170,18 +172,25 @@ func CompleteMany(ctx context.Context, db DBTX, holder string, leases []Lease) (
 	}
 	ids := make([]int64, len(leases))
 	gens := make([]int64, len(leases))
-	byID := make(map[int64]Lease, len(leases))
 	for i, l := range leases {
 		ids[i], gens[i] = l.JobID, l.Gen
-		byID[l.JobID] = l
 	}
 	var lostIDs []int64
 	if err := db.QueryRow(ctx, sqlCompleteMany, customPlan, ids, gens, holder).Scan(&lostIDs); err != nil {
 		return nil, fmt.Errorf("complete %d jobs: %w", len(leases), err)
 	}
-	lost := make([]Lease, 0, len(lostIDs))
+	if len(lostIDs) == 0 {
+		return nil, nil
+	}
+	isLost := make(map[int64]bool, len(lostIDs))
 	for _, id := range lostIDs {
-		lost = append(lost, byID[id])
+		isLost[id] = true
+	}
+	lost := make([]Lease, 0, len(lostIDs))
+	for _, l := range leases {
+		if isLost[l.JobID] {
+			lost = append(lost, l)
+		}
 	}
 	return lost, nil
 }

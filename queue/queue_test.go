@@ -3,6 +3,7 @@ package queue_test
 import (
 	"context"
 	"errors"
+	"reflect"
 	"testing"
 	"time"
 
@@ -121,4 +122,50 @@ func TestClaimCompleteAndStaleWrites(t *testing.T) {
 	if got := b.job(t, j.ID); got.State != queue.StateCompleted || got.FinishedAt == nil {
 		t.Fatalf("final %+v", got)
 	}
+}
+
+// A claim returns only the columns it did not set itself and fills in the rest: the
+// claimed rows must equal the rows as stored, whatever the job carries (a unique key,
+// errors of earlier attempts, another queue, several kinds).
+func TestClaimedRowsEqualStoredRows(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	failed := b.insert(t, queue.InsertParams{Queue: "other", Kind: "first", UniqueKey: "k1", Args: []byte(`{"n": 1}`)})
+	first := b.claimQueue(t, "other", "w1", 1)
+	if len(first) != 1 || first[0].ID != failed.ID {
+		t.Fatalf("claimed %v, want job %d", first, failed.ID)
+	}
+	if _, err := queue.Fail(b.ctx, b.db.Pool, first[0].Lease(), queue.FailParams{Err: "boom"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.db.Pool.Exec(b.ctx, `UPDATE fenceq_jobs SET run_at = now(), state = 'available' WHERE id = $1`, failed.ID); err != nil {
+		t.Fatal(err)
+	}
+	b.insert(t, queue.InsertParams{Queue: "other", Kind: "second", Args: []byte(`{"n": 2}`)})
+	b.insert(t, queue.InsertParams{Queue: "other", Kind: "first", Args: []byte(`{"n": 3}`)})
+
+	claimed := b.claimQueue(t, "other", "w2", 10)
+	if len(claimed) != 3 {
+		t.Fatalf("claimed %d jobs, want 3", len(claimed))
+	}
+	sawErrors := false
+	for _, c := range claimed {
+		stored := b.job(t, c.ID)
+		if !reflect.DeepEqual(c, stored) {
+			t.Errorf("claimed row differs from the stored one:\nclaimed %+v\nstored  %+v", *c, *stored)
+		}
+		sawErrors = sawErrors || len(c.Errors) == 1
+	}
+	if !sawErrors {
+		t.Fatal("no claimed row carried the earlier attempt's error")
+	}
+}
+
+func (b *testBundle) claimQueue(t *testing.T, q, worker string, limit int) []*queue.JobRow {
+	t.Helper()
+	jobs, err := queue.Claim(b.ctx, b.db.Pool, queue.ClaimParams{Queue: q, WorkerID: worker, Limit: limit, Lease: time.Minute})
+	if err != nil {
+		t.Fatalf("claim: %v", err)
+	}
+	return jobs
 }
