@@ -33,7 +33,8 @@ func benchCommand() *ucli.Command {
 			"Each run of each side uses a fresh schema of the database, dropped afterwards; with\n" +
 			"--vs river the sides alternate which goes first. The table shows the median, min,\n" +
 			"max and max/min of the runs per side and the ratios of the medians, plus WAL bytes,\n" +
-			"commits and updates per job, the HOT share and dead tuples of the job table.\n" +
+			"commits and updates per job, the HOT share and dead tuples of the job table, and\n" +
+			"the CPU time of this process per job.\n" +
 			"Examples:\n" +
 			"  fenceq bench drain --jobs 200000 --vs river --runs 5\n" +
 			"  fenceq bench latency --rate 1000 --duration 20s --vs river\n" +
