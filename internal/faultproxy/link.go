@@ -51,13 +51,14 @@ func (l *link) reset() bool {
 	}
 	l.closed = true
 	l.mu.Unlock()
+	// Counted before the sockets close: a client that sees the reset may ask at once.
+	l.p.resets.Add(1)
 	for _, c := range []net.Conn{l.client, l.server} {
 		if tc, ok := c.(*net.TCPConn); ok {
 			_ = tc.SetLinger(0)
 		}
 		_ = c.Close()
 	}
-	l.p.resets.Add(1)
 	return true
 }
 
