@@ -97,3 +97,29 @@ func TestWorkerRunsJobsWithFencedCommit(t *testing.T) {
 		t.Fatalf("handler ran %d times", ran.Load())
 	}
 }
+
+// A queue whose slots are all taken waits for one to free; the job that frees it wakes
+// the claim loop, so the backlog is worked without waiting for the next poll (an hour
+// here) or a notification (off).
+func TestFreedSlotWakesClaimLoopWaitingForOne(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	fenceq.AddHandler(b.hs, func(ctx context.Context, job *fenceq.Job[echoArgs]) error { return nil })
+	const n = 5
+	ids := make([]int64, n)
+	for i := range ids {
+		res, err := fenceq.Enqueue(b.ctx, b.db.Pool, echoArgs{Value: "x"}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[i] = res.Job.ID
+	}
+	cfg := b.fastConfig(5 * time.Second)
+	cfg.PollInterval = time.Hour
+	cfg.DisableListen = true
+	cfg.Queues = map[string]fenceq.QueueConfig{"default": {MaxWorkers: 1}}
+	b.startWorker(t, cfg)
+	for _, id := range ids {
+		b.waitState(t, id, queue.StateCompleted, 10*time.Second)
+	}
+}
