@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/fenceq/fenceq/internal/dbtest"
 	"github.com/fenceq/fenceq/queue"
@@ -168,4 +171,54 @@ func (b *testBundle) claimQueue(t *testing.T, q, worker string, limit int) []*qu
 		t.Fatalf("claim: %v", err)
 	}
 	return jobs
+}
+
+// The worker's statements on fenceq_jobs are not prepared by name: PostgreSQL would
+// switch a named statement to a generic plan after five runs and keep it, and one
+// planned while the table was small kept sequential scans as it grew. They must be
+// planned per execution (see customPlan), so none may show up in the session's
+// pg_prepared_statements, however often they run; an ordinary query does.
+func TestWorkerStatementsAreNotPreparedByName(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	conn, err := pgx.Connect(b.ctx, b.db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(b.ctx)
+	for i := 0; i < 7; i++ {
+		b.insert(t, queue.InsertParams{})
+		jobs, err := queue.Claim(b.ctx, conn, queue.ClaimParams{Queue: "default", WorkerID: "w", Limit: 1, Lease: time.Minute})
+		if err != nil || len(jobs) != 1 {
+			t.Fatalf("claim: %d jobs, %v", len(jobs), err)
+		}
+		l := jobs[0].Lease()
+		if _, err := queue.Heartbeat(b.ctx, conn, "w", []queue.Lease{l}, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		if lost, err := queue.CompleteMany(b.ctx, conn, "w", []queue.Lease{l}); err != nil || len(lost) != 0 {
+			t.Fatalf("complete: lost %v, %v", lost, err)
+		}
+		if _, err := queue.GetJob(b.ctx, conn, l.JobID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rows, err := conn.Query(b.ctx, `SELECT statement FROM pg_prepared_statements`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stmts, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	sawOrdinary := false
+	for _, s := range stmts {
+		if strings.Contains(s, "SKIP LOCKED") || strings.Contains(s, "lease_gen = l.lgen") {
+			t.Errorf("a worker statement is prepared by name:\n%s", s)
+		}
+		sawOrdinary = sawOrdinary || strings.Contains(s, "FROM fenceq_jobs WHERE id = $1")
+	}
+	if !sawOrdinary {
+		t.Fatalf("GetJob's statement is not among the prepared ones either (%d statements): the check sees nothing", len(stmts))
+	}
 }
