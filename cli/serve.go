@@ -52,8 +52,7 @@ func serve(c *ucli.Context) error {
 		return err
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/orders", svc.Handler())
-	mux.Handle("/orders/", svc.Handler())
+	mux.Handle("/", svc.Handler()) // the orders API, and its JSON 404 for unknown paths
 	mux.Handle("GET /metrics", m.Handler())
 	mux.Handle("GET /healthz", healthzHandler(pool))
 	srv, err := startHTTP(c.String("addr"), mux, log, "orders API")

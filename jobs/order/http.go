@@ -32,7 +32,8 @@ const (
 	CodeKeyReused            = "idempotency_key_reused"  // 422
 	CodeInFlight             = "request_in_flight"       // 409: retry later with the same key
 	CodeInvalidID            = "invalid_order_id"        // 400
-	CodeNotFound             = "not_found"               // 404
+	CodeNotFound             = "not_found"               // 404: no such order, or no such path
+	CodeMethodNotAllowed     = "method_not_allowed"      // 405: see the Allow header
 	CodeInternal             = "internal"                // 500: retry with the same key
 )
 
@@ -53,12 +54,28 @@ type ErrorDetail struct {
 //	                   (a replay: the same status and body, Idempotent-Replayed: true)
 //	GET  /orders/{id}  → 200 + Order
 //
-// Errors are JSON ErrorBody values with the Code* codes above.
+// Errors are JSON ErrorBody values with the Code* codes above, including another method
+// on these paths (405, with Allow) and any other path (404).
 func (s *Service) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /orders", s.handlePlace)
 	mux.HandleFunc("GET /orders/{id}", s.handleGet)
+	// The patterns without a method match what the ones above do not: ServeMux's own
+	// replies would be plain text.
+	mux.HandleFunc("/orders", methodNotAllowed("POST"))
+	mux.HandleFunc("/orders/{id}", methodNotAllowed("GET, HEAD"))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, CodeNotFound, fmt.Sprintf("no such path: %s", r.URL.Path))
+	})
 	return mux
+}
+
+func methodNotAllowed(allow string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Allow", allow)
+		writeError(w, http.StatusMethodNotAllowed, CodeMethodNotAllowed,
+			fmt.Sprintf("%s %s is not served; use %s", r.Method, r.URL.Path, allow))
+	}
 }
 
 func (s *Service) handlePlace(w http.ResponseWriter, r *http.Request) {

@@ -405,6 +405,29 @@ func TestBadInput(t *testing.T) {
 			t.Fatalf("%d %s", r.status, r.body)
 		}
 	})
+	// ServeMux's own replies would be plain text: other methods and paths get the JSON
+	// error shape too.
+	for _, c := range []struct{ method, path, allow string }{
+		{http.MethodGet, "/orders", "POST"},
+		{http.MethodDelete, "/orders/1", "GET, HEAD"},
+		{http.MethodPut, "/orders/1", "GET, HEAD"},
+	} {
+		t.Run("MethodNotAllowed"+c.method+c.path, func(t *testing.T) {
+			req, _ := http.NewRequestWithContext(b.ctx, c.method, b.srv.URL+c.path, nil)
+			r := b.do(t, req)
+			if r.status != http.StatusMethodNotAllowed || r.err.Error.Code != order.CodeMethodNotAllowed || r.err.Error.Message == "" {
+				t.Fatalf("%d %s", r.status, r.body)
+			}
+			if got := r.header.Get("Allow"); got != c.allow {
+				t.Fatalf("Allow = %q, want %q", got, c.allow)
+			}
+		})
+	}
+	t.Run("UnknownPath", func(t *testing.T) {
+		if r := b.get(t, "/invoices/1"); r.status != 404 || r.err.Error.Code != order.CodeNotFound {
+			t.Fatalf("%d %s", r.status, r.body)
+		}
+	})
 	if n := b.count(t, `SELECT (SELECT count(*) FROM orders) + (SELECT count(*) FROM fenceq_idempotency_keys)`); n != 0 {
 		t.Fatalf("bad input left %d rows", n)
 	}
