@@ -94,7 +94,9 @@ func (e *execution) commit(ctx context.Context, fn func(ctx context.Context, tx 
 func (w *Worker) startExecution(row *JobRow, sent time.Time) {
 	h := w.cfg.Handlers.m[row.Kind]
 	e := &execution{w: w, row: row, lease: row.Lease(), handler: h, start: time.Now()}
-	e.ctx, e.cancel = context.WithCancelCause(w.jobCtx)
+	// Not a child of a worker-wide context: registering every job with one parent took
+	// a lock and a map entry per job; Stop cancels the jobs it has to one by one.
+	e.ctx, e.cancel = context.WithCancelCause(context.Background())
 	e.deadline = time.AfterFunc(time.Until(sent.Add(w.cfg.LeaseDuration-w.cfg.LeaseMargin)), func() {
 		e.cancel(ErrLeaseDeadline)
 	})

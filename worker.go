@@ -31,8 +31,6 @@ type Worker struct {
 	queues   map[string]*queueLoop
 	complete chan *execution
 
-	jobCtx       context.Context // parent of job contexts; cancelled on hard stop
-	jobCancel    context.CancelCauseFunc
 	claimCancel  context.CancelFunc
 	bgCancel     context.CancelFunc
 	claimWG      sync.WaitGroup
@@ -128,7 +126,6 @@ func (w *Worker) Start(ctx context.Context) error {
 		return fmt.Errorf("start worker: %w", err)
 	}
 
-	w.jobCtx, w.jobCancel = context.WithCancelCause(context.Background())
 	claimCtx, claimCancel := context.WithCancel(context.Background())
 	bgCtx, bgCancel := context.WithCancel(context.Background())
 	w.claimCancel, w.bgCancel = claimCancel, bgCancel
@@ -208,7 +205,12 @@ func (w *Worker) Stop(ctx context.Context) error {
 	w.completerWG.Wait()
 	w.bgCancel()
 	w.bgWG.Wait()
-	w.jobCancel(ErrShutdown)
+	// A handler still running here ignored its cancellation; cancel whatever is left.
+	w.mu.Lock()
+	for _, e := range w.execs {
+		e.cancel(ErrShutdown)
+	}
+	w.mu.Unlock()
 
 	dctx, cancel := context.WithTimeout(context.Background(), w.cfg.WriteTimeout)
 	defer cancel()
