@@ -272,12 +272,13 @@ func (e *execution) finish(outcome Outcome) {
 }
 
 // freeSlot gives the execution's queue slot back, once, and wakes the queue's claim
-// loop if it waits for a slot. A job whose handler succeeded gives it back as soon as its completion is
-// queued for the next batch, not when the batch is written: with slots held until the
-// write, claims were limited to the slots the last batch freed (bench drain: 328 jobs
-// per claim on average of the 500 allowed, and 760 completion statements per 200k
-// jobs). The slot is given back after the completion is queued, so pending completions
-// stay bounded by the completion channel (CompleteBatchSize) plus the batch being written.
+// loop if it waits for a slot. A job whose handler succeeded gives it back as soon as
+// its completion is queued for the next batch, not when the batch is written: with
+// slots held until the write, claims were limited to the slots the last batch freed
+// (bench drain: 328 jobs per claim on average of the 500 allowed, and 760 completion
+// statements per 200k jobs). The slot is given back after the completion is queued, so
+// pending completions stay bounded by the completion channel (CompleteBatchSize) plus
+// the batch being written.
 func (e *execution) freeSlot() {
 	w := e.w
 	e.mu.Lock()
