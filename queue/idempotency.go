@@ -310,7 +310,7 @@ func ReleaseIdempotencyKey(ctx context.Context, db DBTX, rec *IdemRecord) error 
 
 // GetIdempotencyKey reads one key, or returns ErrNotFound.
 func GetIdempotencyKey(ctx context.Context, db DBTX, scope, key string) (*IdemRecord, error) {
-	rec, err := scanIdemOptional(db.QueryRow(ctx, sqlIdemGet, scope, key))
+	rec, err := scanIdemOptional(db.QueryRow(ctx, sqlIdemGet, customPlan, scope, key))
 	if err != nil {
 		return nil, fmt.Errorf("read idempotency key %q in scope %q: %w", truncate(key, 64), scope, err)
 	}
@@ -328,7 +328,7 @@ func DeleteExpiredIdempotencyKeys(ctx context.Context, db DBTX, limit int) (int6
 	if limit <= 0 {
 		return 0, invalid("limit", "%d is not positive", limit)
 	}
-	tag, err := db.Exec(ctx, sqlIdemDeleteExpired, limit)
+	tag, err := db.Exec(ctx, sqlIdemDeleteExpired, customPlan, limit)
 	if err != nil {
 		return 0, fmt.Errorf("delete expired idempotency keys: %w", err)
 	}

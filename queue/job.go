@@ -51,8 +51,9 @@ func (s State) Valid() bool {
 // planned while fenceq_jobs was small (a fresh schema, a test, a bench run), claims and
 // completions kept sequential scans as the table grew, and with autovacuum off nothing
 // ever replanned them (bench latency at 1,000 jobs/s: ~1.2 ms per statement, p50 3.1 ms;
-// with custom plans 1.5 ms). The worker's statements on growing tables use it: claims,
-// heartbeats, every lease-guarded write and the maintenance statements.
+// with custom plans 1.5 ms). The statements that run per job or per request on growing
+// tables use it — claims, heartbeats, every lease-guarded write, lookups by id or key in
+// the outbox and the idempotency keys — and so do the maintenance statements.
 const customPlan = pgx.QueryExecModeCacheDescribe
 
 // DBTX is what the queue functions need from a connection: a *pgxpool.Pool, a *pgx.Conn

@@ -76,7 +76,7 @@ func scanOutbox(row pgx.Row) (*OutboxRow, error) {
 
 // GetOutbox returns one outbox row, or ErrNotFound.
 func GetOutbox(ctx context.Context, db DBTX, id int64) (*OutboxRow, error) {
-	o, err := scanOutbox(db.QueryRow(ctx, sqlGetOutbox, id))
+	o, err := scanOutbox(db.QueryRow(ctx, sqlGetOutbox, customPlan, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("outbox row %d: %w", id, ErrNotFound)
 	}
@@ -215,7 +215,7 @@ func RetryOutbox(ctx context.Context, db Beginner, id int64) (*OutboxRow, error)
 	if err != nil {
 		return nil, fmt.Errorf("retry outbox row %d: enqueue delivery: %w", id, err)
 	}
-	if _, err := tx.Exec(ctx, sqlSetOutboxDeliveryJob, id, job.Job.ID); err != nil {
+	if _, err := tx.Exec(ctx, sqlSetOutboxDeliveryJob, customPlan, id, job.Job.ID); err != nil {
 		return nil, fmt.Errorf("retry outbox row %d: link delivery job: %w", id, err)
 	}
 	o, err := GetOutbox(ctx, tx, id)
@@ -238,7 +238,7 @@ func FailOrphanedOutbox(ctx context.Context, db DBTX, limit int) ([]int64, error
 	if limit <= 0 {
 		limit = 1000
 	}
-	rows, err := db.Query(ctx, sqlFailOrphanedOutbox, limit)
+	rows, err := db.Query(ctx, sqlFailOrphanedOutbox, customPlan, limit)
 	if err != nil {
 		return nil, fmt.Errorf("fail orphaned outbox rows: %w", err)
 	}
