@@ -280,7 +280,7 @@ func FinishIdempotencyKey(ctx context.Context, db DBTX, rec *IdemRecord, resp Id
 		s := int32(resp.Status)
 		status = &s
 	}
-	out, err := scanIdemOptional(db.QueryRow(ctx, sqlIdemFinish, customPlan, rec.Scope, rec.Key, rec.Gen,
+	out, err := scanIdemOptional(db.QueryRow(ctx, sqlIdemFinish, rec.Scope, rec.Key, rec.Gen,
 		nullString(resp.ResourceID), status, resp.Body))
 	if err != nil {
 		return nil, fmt.Errorf("finish idempotency key %q in scope %q: %w", truncate(rec.Key, 64), rec.Scope, err)
@@ -297,7 +297,7 @@ func FinishIdempotencyKey(ctx context.Context, db DBTX, rec *IdemRecord, resp Id
 // in-flight key. (A key claimed and worked in one transaction needs no release: rolling
 // back removes it.)
 func ReleaseIdempotencyKey(ctx context.Context, db DBTX, rec *IdemRecord) error {
-	tag, err := db.Exec(ctx, sqlIdemRelease, customPlan, rec.Scope, rec.Key, rec.Gen)
+	tag, err := db.Exec(ctx, sqlIdemRelease, rec.Scope, rec.Key, rec.Gen)
 	if err != nil {
 		return fmt.Errorf("release idempotency key %q in scope %q: %w", truncate(rec.Key, 64), rec.Scope, err)
 	}
@@ -310,7 +310,7 @@ func ReleaseIdempotencyKey(ctx context.Context, db DBTX, rec *IdemRecord) error 
 
 // GetIdempotencyKey reads one key, or returns ErrNotFound.
 func GetIdempotencyKey(ctx context.Context, db DBTX, scope, key string) (*IdemRecord, error) {
-	rec, err := scanIdemOptional(db.QueryRow(ctx, sqlIdemGet, customPlan, scope, key))
+	rec, err := scanIdemOptional(db.QueryRow(ctx, sqlIdemGet, scope, key))
 	if err != nil {
 		return nil, fmt.Errorf("read idempotency key %q in scope %q: %w", truncate(key, 64), scope, err)
 	}

@@ -118,7 +118,7 @@ func Insert(ctx context.Context, db DBTX, p InsertParams) (*InsertResult, error)
 		if !errors.Is(err, pgx.ErrNoRows) {
 			return nil, fmt.Errorf("insert %s job into queue %q: %w", p.Kind, p.Queue, err)
 		}
-		j, err = scanJob(db.QueryRow(ctx, sqlGetUnfinishedByUniqueKey, customPlan, p.UniqueKey))
+		j, err = scanJob(db.QueryRow(ctx, sqlGetUnfinishedByUniqueKey, p.UniqueKey))
 		if err == nil {
 			return &InsertResult{Job: j, Existing: true}, nil
 		}

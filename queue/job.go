@@ -47,13 +47,18 @@ func (s State) Valid() bool {
 // customPlan, passed as a query's first argument, has pgx send the statement unnamed
 // (only its description is cached), so PostgreSQL plans every execution for its
 // parameters and the table as it is now. A named prepared statement switches to a
-// generic plan after five executions and keeps it until the table's statistics change:
-// planned while fenceq_jobs was small (a fresh schema, a test, a bench run), claims and
-// completions kept sequential scans as the table grew, and with autovacuum off nothing
-// ever replanned them (bench latency at 1,000 jobs/s: ~1.2 ms per statement, p50 3.1 ms;
-// with custom plans 1.5 ms). The statements that run per job or per request on growing
-// tables use it — claims, heartbeats, every lease-guarded write, lookups by id or key in
-// the outbox and the idempotency keys — and so do the maintenance statements.
+// generic plan after five executions and keeps it until the table is next analyzed or
+// vacuumed: planned while fenceq_jobs was small (a fresh schema, a test, a bench run),
+// claims and completions kept sequential scans as the table grew (bench latency at
+// 1,000 jobs/s: ~1.2 ms per statement, p50 3.1 ms; with custom plans 1.5 ms).
+//
+// It is used where planning is paid once per batch or per period: claims, heartbeats,
+// batched completions and the maintenance statements. The single-row statements of
+// each job (the fenced writes, FencedCommit's lock and completion, the outbox and
+// idempotency lookups by id or key) stay prepared by name: planned per execution they
+// cost 10–20 % of bench fenced's throughput. Their generic plans are fine once the table
+// has been analyzed or vacuumed at a realistic size, which autovacuum does (without it,
+// vacuum regularly, as the README says).
 const customPlan = pgx.QueryExecModeCacheDescribe
 
 // DBTX is what the queue functions need from a connection: a *pgxpool.Pool, a *pgx.Conn

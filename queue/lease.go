@@ -145,7 +145,7 @@ func Heartbeat(ctx context.Context, db DBTX, workerID string, leases []Lease, le
 }
 
 func fencedWrite(ctx context.Context, db DBTX, op string, l Lease, sql string, args ...any) (State, error) {
-	all := append([]any{customPlan, l.JobID, l.Gen, l.Holder}, args...)
+	all := append([]any{l.JobID, l.Gen, l.Holder}, args...)
 	var state string
 	err := db.QueryRow(ctx, sql, all...).Scan(&state)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -248,7 +248,7 @@ func Release(ctx context.Context, db DBTX, l Lease) error {
 // transaction ends. It returns ErrLeaseLost when the lease is gone; roll back then.
 func LockLease(ctx context.Context, tx pgx.Tx, l Lease) error {
 	var state string
-	err := tx.QueryRow(ctx, sqlLockLease, customPlan, l.JobID, l.Gen).Scan(&state)
+	err := tx.QueryRow(ctx, sqlLockLease, l.JobID, l.Gen).Scan(&state)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("lock job %d at lease generation %d: %w", l.JobID, l.Gen, ErrLeaseLost)
 	}
@@ -260,7 +260,7 @@ func LockLease(ctx context.Context, tx pgx.Tx, l Lease) error {
 
 // CompleteLocked completes a job inside the transaction that locked it with LockLease.
 func CompleteLocked(ctx context.Context, tx pgx.Tx, l Lease) error {
-	tag, err := tx.Exec(ctx, sqlCompleteLocked, customPlan, l.JobID, l.Gen)
+	tag, err := tx.Exec(ctx, sqlCompleteLocked, l.JobID, l.Gen)
 	if err != nil {
 		return fmt.Errorf("complete job %d: %w", l.JobID, err)
 	}
@@ -337,7 +337,7 @@ func WithLease(ctx context.Context, db Beginner, l Lease, fn TxFunc) error {
 func Landed(ctx context.Context, db DBTX, l Lease) (State, bool, error) {
 	var gen int64
 	var state string
-	err := db.QueryRow(ctx, sqlJobLease, customPlan, l.JobID).Scan(&gen, &state)
+	err := db.QueryRow(ctx, sqlJobLease, l.JobID).Scan(&gen, &state)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", false, fmt.Errorf("job %d: %w", l.JobID, ErrNotFound)
 	}

@@ -91,7 +91,7 @@ func InsertOutbox(ctx context.Context, tx pgx.Tx, p OutboxParams) (*OutboxResult
 	err := tx.QueryRow(ctx, sqlInsertOutbox, p.Topic, p.DedupeKey, p.Payload, jobID).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		res := &OutboxResult{Existing: true}
-		if err := tx.QueryRow(ctx, sqlGetOutboxByKey, customPlan, p.DedupeKey).Scan(&res.ID, &res.DeliveryJobID); err != nil {
+		if err := tx.QueryRow(ctx, sqlGetOutboxByKey, p.DedupeKey).Scan(&res.ID, &res.DeliveryJobID); err != nil {
 			return nil, fmt.Errorf("read outbox row %q: %w", p.DedupeKey, err)
 		}
 		return res, nil
@@ -107,7 +107,7 @@ func InsertOutbox(ctx context.Context, tx pgx.Tx, p OutboxParams) (*OutboxResult
 	if err != nil {
 		return nil, fmt.Errorf("enqueue delivery of outbox row %d: %w", id, err)
 	}
-	if _, err := tx.Exec(ctx, sqlSetOutboxDeliveryJob, customPlan, id, job.Job.ID); err != nil {
+	if _, err := tx.Exec(ctx, sqlSetOutboxDeliveryJob, id, job.Job.ID); err != nil {
 		return nil, fmt.Errorf("link outbox row %d to its delivery job: %w", id, err)
 	}
 	return &OutboxResult{ID: id, DeliveryJobID: job.Job.ID}, nil

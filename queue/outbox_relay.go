@@ -76,7 +76,7 @@ func scanOutbox(row pgx.Row) (*OutboxRow, error) {
 
 // GetOutbox returns one outbox row, or ErrNotFound.
 func GetOutbox(ctx context.Context, db DBTX, id int64) (*OutboxRow, error) {
-	o, err := scanOutbox(db.QueryRow(ctx, sqlGetOutbox, customPlan, id))
+	o, err := scanOutbox(db.QueryRow(ctx, sqlGetOutbox, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("outbox row %d: %w", id, ErrNotFound)
 	}
@@ -127,7 +127,7 @@ func ListOutbox(ctx context.Context, db DBTX, p OutboxListParams) ([]*OutboxRow,
 // delivery job is no longer running under the lease, ErrWrongState when the row is not
 // pending or belongs to another delivery job.
 func outboxWrite(ctx context.Context, db DBTX, op string, id int64, l Lease, sql string, args ...any) (int, error) {
-	all := append([]any{customPlan, id, l.JobID, l.Gen, l.Holder}, args...)
+	all := append([]any{id, l.JobID, l.Gen, l.Holder}, args...)
 	var attempt int
 	err := db.QueryRow(ctx, sql, all...).Scan(&attempt)
 	if err == nil {
@@ -137,7 +137,7 @@ func outboxWrite(ctx context.Context, db DBTX, op string, id int64, l Lease, sql
 		return 0, fmt.Errorf("%s outbox row %d: %w", op, id, err)
 	}
 	var held bool
-	if err := db.QueryRow(ctx, sqlOutboxHasFence, customPlan, l.JobID, l.Gen).Scan(&held); err != nil {
+	if err := db.QueryRow(ctx, sqlOutboxHasFence, l.JobID, l.Gen).Scan(&held); err != nil {
 		return 0, fmt.Errorf("%s outbox row %d: check lease: %w", op, id, err)
 	}
 	if !held {
@@ -215,7 +215,7 @@ func RetryOutbox(ctx context.Context, db Beginner, id int64) (*OutboxRow, error)
 	if err != nil {
 		return nil, fmt.Errorf("retry outbox row %d: enqueue delivery: %w", id, err)
 	}
-	if _, err := tx.Exec(ctx, sqlSetOutboxDeliveryJob, customPlan, id, job.Job.ID); err != nil {
+	if _, err := tx.Exec(ctx, sqlSetOutboxDeliveryJob, id, job.Job.ID); err != nil {
 		return nil, fmt.Errorf("retry outbox row %d: link delivery job: %w", id, err)
 	}
 	o, err := GetOutbox(ctx, tx, id)
