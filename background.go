@@ -46,6 +46,8 @@ func (w *Worker) heartbeatOnce(ctx context.Context) {
 		}
 		return
 	}
+	// res.Finished needs nothing: the job's own write ended the lease, and its
+	// execution is about to finish (or just did).
 	for _, l := range res.Renewed {
 		execs[keyOf(l)].extend(sent)
 	}

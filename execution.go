@@ -54,6 +54,11 @@ func (e *execution) flags() (committed, released bool) {
 // extend moves the local lease deadline to sent + lease - margin, where sent is the
 // monotonic time the confirmed renewal (or the claim) was sent.
 func (e *execution) extend(sent time.Time) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.finished { // finished since the heartbeat's snapshot: its timer stays stopped
+		return
+	}
 	e.deadline.Reset(time.Until(sent.Add(e.w.cfg.LeaseDuration - e.w.cfg.LeaseMargin)))
 }
 

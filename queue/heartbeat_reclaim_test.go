@@ -47,3 +47,44 @@ func TestHeartbeatOldAndNewLeaseOfOneJob(t *testing.T) {
 		}
 	}
 }
+
+// TestHeartbeatAfterOwnWriteLanded: a worker's snapshot of its leases can include a job
+// whose own completion (or failure, snooze, release) lands just before the heartbeat
+// runs. That lease ended by the holder's write: it must come back finished, not lost
+// (lost would cancel the handler and record a false heartbeat_lost event), while a lease
+// revoked by someone else in the same heartbeat still comes back lost.
+func TestHeartbeatAfterOwnWriteLanded(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	db := dbtest.New(t)
+	for range 3 {
+		if _, err := queue.Insert(ctx, db.Pool, queue.InsertParams{Kind: "k"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rows, err := queue.Claim(ctx, db.Pool, queue.ClaimParams{Queue: "default", WorkerID: "w", Limit: 3, Lease: time.Minute})
+	if err != nil || len(rows) != 3 {
+		t.Fatalf("claim: %v %v", rows, err)
+	}
+	done, revoked, running := rows[0].Lease(), rows[1].Lease(), rows[2].Lease()
+	if err := queue.Complete(ctx, db.Pool, done); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := queue.RequeueJob(ctx, db.Pool, revoked.JobID); err != nil {
+		t.Fatal(err)
+	}
+	res, err := queue.Heartbeat(ctx, db.Pool, "w", []queue.Lease{done, revoked, running}, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Finished) != 1 || res.Finished[0] != done {
+		t.Errorf("finished %v, want %v", res.Finished, done)
+	}
+	if len(res.Lost) != 1 || res.Lost[0] != revoked {
+		t.Errorf("lost %v, want %v", res.Lost, revoked)
+	}
+	if len(res.Renewed) != 1 || res.Renewed[0] != running {
+		t.Errorf("renewed %v, want %v", res.Renewed, running)
+	}
+}

@@ -83,6 +83,11 @@ RETURNING ` + claimedColumns
 // worker can send two leases of one job (an old one, revoked while its handler still
 // runs, and the one it claimed afterwards), and only the matching generation is held.
 //
+// A lease whose row still carries its generation but is no longer running was ended by
+// the holder's own write (only the holder leaves running without bumping the
+// generation: see Landed), which may land between the worker's snapshot of its leases
+// and this statement; it comes back as finished, not lost.
+//
 // Rows locked by someone else right now (this process's own fenced commit, the reaper,
 // an operator) are skipped rather than waited for, so one long transaction cannot stall
 // the renewal of every other lease. Such a lease is reported as held-but-not-renewed
@@ -91,8 +96,8 @@ const sqlHeartbeat = `
 WITH l AS MATERIALIZED (
     SELECT l.*, 'running'::text AS lstate FROM unnest($1::bigint[], $2::bigint[]) AS l(lid, lgen)),
 held AS (
-    SELECT j.id, j.lease_gen FROM fenceq_jobs j JOIN l ON j.id = l.lid
-    WHERE j.lease_gen = l.lgen AND j.state = l.lstate),
+    SELECT j.id, j.lease_gen, j.state = l.lstate AS running FROM fenceq_jobs j JOIN l ON j.id = l.lid
+    WHERE j.lease_gen = l.lgen),
 lk AS (
     SELECT j.id AS lk_id, l.lgen AS lk_gen, l.lstate AS lk_state FROM fenceq_jobs j JOIN l ON j.id = l.lid
     WHERE j.lease_gen = l.lgen AND j.state = l.lstate
@@ -104,8 +109,9 @@ upd AS (
     FROM lk WHERE j.id = lk.lk_id AND j.lease_gen = lk.lk_gen AND j.state = lk.lk_state
     RETURNING j.id, j.lease_gen),
 w AS (UPDATE fenceq_workers SET heartbeat_at = now() WHERE id = $4 RETURNING id)
-SELECT h.ids, h.gens, u.ids, u.gens, (SELECT count(*) FROM w)
-FROM (SELECT COALESCE(array_agg(id), '{}')::bigint[] AS ids, COALESCE(array_agg(lease_gen), '{}')::bigint[] AS gens FROM held) h,
+SELECT h.ids, h.gens, h.running, u.ids, u.gens, (SELECT count(*) FROM w)
+FROM (SELECT COALESCE(array_agg(id), '{}')::bigint[] AS ids, COALESCE(array_agg(lease_gen), '{}')::bigint[] AS gens,
+             COALESCE(array_agg(running), '{}')::boolean[] AS running FROM held) h,
      (SELECT COALESCE(array_agg(id), '{}')::bigint[] AS ids, COALESCE(array_agg(lease_gen), '{}')::bigint[] AS gens FROM upd) u`
 
 // staleWrite is appended to every single-lease write: when the guarded UPDATE matched

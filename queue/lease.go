@@ -99,6 +99,9 @@ type HeartbeatResult struct {
 	// Busy leases are still held but were not renewed because their row was locked by
 	// another transaction at that moment (typically the holder's own fenced commit).
 	Busy []Lease
+	// Finished leases ended by a write of the holder's own (a completion, failure,
+	// snooze, cancel or release that landed): nothing to renew, nothing lost.
+	Finished []Lease
 	// Lost leases are no longer held: stop the job now, it can write nothing.
 	Lost []Lease
 	// WorkerRegistered is false when the worker's fenceq_workers row is missing.
@@ -114,31 +117,42 @@ func Heartbeat(ctx context.Context, db DBTX, workerID string, leases []Lease, le
 		ids[i], gens[i] = l.JobID, l.Gen
 	}
 	var heldIDs, heldGens, renewedIDs, renewedGens []int64
+	var heldRunning []bool
 	var workerRows int64
 	err := db.QueryRow(ctx, sqlHeartbeat, customPlan, ids, gens, micros(lease), workerID).
-		Scan(&heldIDs, &heldGens, &renewedIDs, &renewedGens, &workerRows)
+		Scan(&heldIDs, &heldGens, &heldRunning, &renewedIDs, &renewedGens, &workerRows)
 	if err != nil {
 		return HeartbeatResult{}, fmt.Errorf("heartbeat %d leases of worker %s: %w", len(leases), workerID, err)
 	}
 	res := HeartbeatResult{WorkerRegistered: workerRows > 0}
 	type key struct{ id, gen int64 }
-	// held: false when held but not renewed (busy), true when renewed.
-	held := make(map[key]bool, len(heldIDs))
+	const (
+		finished = iota // the generation matches, the job is no longer running
+		busy            // running under the lease, not renewed (row locked)
+		renewed
+	)
+	held := make(map[key]int, len(heldIDs))
 	for i, id := range heldIDs {
-		held[key{id, heldGens[i]}] = false
+		if heldRunning[i] {
+			held[key{id, heldGens[i]}] = busy
+		} else {
+			held[key{id, heldGens[i]}] = finished
+		}
 	}
 	for i, id := range renewedIDs {
-		held[key{id, renewedGens[i]}] = true
+		held[key{id, renewedGens[i]}] = renewed
 	}
 	for _, l := range leases {
-		renewed, ok := held[key{l.JobID, l.Gen}]
+		how, ok := held[key{l.JobID, l.Gen}]
 		switch {
 		case !ok:
 			res.Lost = append(res.Lost, l)
-		case renewed:
+		case how == renewed:
 			res.Renewed = append(res.Renewed, l)
-		default:
+		case how == busy:
 			res.Busy = append(res.Busy, l)
+		default:
+			res.Finished = append(res.Finished, l)
 		}
 	}
 	return res, nil
