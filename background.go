@@ -143,17 +143,17 @@ func (w *Worker) flushCompletions(batch []*execution) {
 		}
 		return
 	}
-	var lostSet map[int64]bool // nil (nothing lost) in the common case
+	var lostSet map[leaseKey]bool // nil (nothing lost) in the common case
 	for _, l := range lost {
 		if lostSet == nil {
-			lostSet = make(map[int64]bool, len(lost))
+			lostSet = make(map[leaseKey]bool, len(lost))
 		}
-		lostSet[l.JobID] = true
+		lostSet[keyOf(l)] = true
 		w.obs.StaleWriteRejected("complete", l)
 		w.log.Warn("completion rejected: lease lost", "job_id", l.JobID, "lease_gen", l.Gen)
 	}
 	for _, e := range batch {
-		if lostSet[e.lease.JobID] {
+		if lostSet[keyOf(e.lease)] {
 			e.finish(OutcomeLeaseLost)
 		} else {
 			e.finish(OutcomeCompleted)

@@ -88,3 +88,48 @@ func TestHeartbeatAfterOwnWriteLanded(t *testing.T) {
 		t.Errorf("renewed %v, want %v", res.Renewed, running)
 	}
 }
+
+// TestCompleteManyOldAndNewLeaseOfOneJob: one completion batch can carry a revoked
+// lease of a job and the lease claimed after it. The old one must be rejected and
+// recorded as a stale write; the new one completes the job.
+func TestCompleteManyOldAndNewLeaseOfOneJob(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	db := dbtest.New(t)
+	if _, err := queue.Insert(ctx, db.Pool, queue.InsertParams{Kind: "k"}); err != nil {
+		t.Fatal(err)
+	}
+	claim := func() queue.Lease {
+		t.Helper()
+		rows, err := queue.Claim(ctx, db.Pool, queue.ClaimParams{Queue: "default", WorkerID: "w", Limit: 1, Lease: time.Minute})
+		if err != nil || len(rows) != 1 {
+			t.Fatalf("claim: %v %v", rows, err)
+		}
+		return rows[0].Lease()
+	}
+	old := claim()
+	if _, err := queue.RequeueJob(ctx, db.Pool, old.JobID); err != nil {
+		t.Fatal(err)
+	}
+	cur := claim()
+	lost, err := queue.CompleteMany(ctx, db.Pool, "w", []queue.Lease{old, cur})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(lost) != 1 || lost[0] != old {
+		t.Fatalf("lost %v, want only the old lease %v", lost, old)
+	}
+	var rejectedGen int64
+	if err := db.Pool.QueryRow(ctx, `SELECT lease_gen FROM fenceq_lease_events
+		WHERE job_id = $1 AND kind = 'stale_write_rejected'`, old.JobID).Scan(&rejectedGen); err != nil {
+		t.Fatalf("stale write event of the old lease: %v", err)
+	}
+	if rejectedGen != old.Gen {
+		t.Fatalf("stale write recorded for generation %d, want %d", rejectedGen, old.Gen)
+	}
+	j, err := queue.GetJob(ctx, db.Pool, cur.JobID)
+	if err != nil || j.State != queue.StateCompleted || j.LeaseGen != cur.Gen {
+		t.Fatalf("job after the batch: %+v, %v; want completed at generation %d", j, err, cur.Gen)
+	}
+}

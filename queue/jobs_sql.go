@@ -132,7 +132,9 @@ var sqlComplete = staleWrite(`
     WHERE id = $1 AND lease_gen = $2 AND state = 'running'
     RETURNING state`, "complete")
 
-// sqlCompleteMany: $1 ids, $2 generations, $3 worker. Returns the ids whose lease was lost.
+// sqlCompleteMany: $1 ids, $2 generations, $3 worker. Returns the (id, generation) pairs
+// whose lease was lost: one batch can carry two leases of one job (an old one revoked
+// while its handler still ran here, and the one claimed afterwards).
 //
 // The fence compares the row's state with a column of the batch (l.lstate, always
 // 'running') rather than with a constant, so that it is a join condition and not a
@@ -149,13 +151,13 @@ WITH l AS MATERIALIZED (
 upd AS (
     UPDATE fenceq_jobs j SET state = 'completed', finished_at = now(), lease_expires_at = NULL
     FROM l WHERE j.id = l.lid AND j.lease_gen = l.lgen AND j.state = l.lstate
-    RETURNING j.id),
+    RETURNING j.id, j.lease_gen),
 rej AS (
     INSERT INTO fenceq_lease_events (job_id, lease_gen, worker_id, kind, detail)
     SELECT l.lid, l.lgen, $3, 'stale_write_rejected', 'complete'
-    FROM l WHERE NOT EXISTS (SELECT 1 FROM upd WHERE upd.id = l.lid)
-    RETURNING job_id)
-SELECT COALESCE(array_agg(job_id), '{}')::bigint[] FROM rej`
+    FROM l WHERE NOT EXISTS (SELECT 1 FROM upd WHERE upd.id = l.lid AND upd.lease_gen = l.lgen)
+    RETURNING job_id, lease_gen)
+SELECT COALESCE(array_agg(job_id), '{}')::bigint[], COALESCE(array_agg(lease_gen), '{}')::bigint[] FROM rej`
 
 // sqlFail: $4 discard now, $5 backoff (µs), $6 error, $7 trace.
 var sqlFail = staleWrite(`

@@ -189,20 +189,21 @@ func CompleteMany(ctx context.Context, db DBTX, holder string, leases []Lease) (
 	for i, l := range leases {
 		ids[i], gens[i] = l.JobID, l.Gen
 	}
-	var lostIDs []int64
-	if err := db.QueryRow(ctx, sqlCompleteMany, customPlan, ids, gens, holder).Scan(&lostIDs); err != nil {
+	var lostIDs, lostGens []int64
+	if err := db.QueryRow(ctx, sqlCompleteMany, customPlan, ids, gens, holder).Scan(&lostIDs, &lostGens); err != nil {
 		return nil, fmt.Errorf("complete %d jobs: %w", len(leases), err)
 	}
 	if len(lostIDs) == 0 {
 		return nil, nil
 	}
-	isLost := make(map[int64]bool, len(lostIDs))
-	for _, id := range lostIDs {
-		isLost[id] = true
+	type key struct{ id, gen int64 }
+	isLost := make(map[key]bool, len(lostIDs))
+	for i, id := range lostIDs {
+		isLost[key{id, lostGens[i]}] = true
 	}
 	lost := make([]Lease, 0, len(lostIDs))
 	for _, l := range leases {
-		if isLost[l.JobID] {
+		if isLost[key{l.JobID, l.Gen}] {
 			lost = append(lost, l)
 		}
 	}
