@@ -124,9 +124,18 @@ func (w *Worker) flushCompletions(batch []*execution) {
 	lost, err := queue.CompleteMany(ctx, w.pool, w.cfg.ID, leases)
 	cancel()
 	if err != nil {
-		// Outcome unknown: settle each one on its own, looking before writing again.
+		// Outcome unknown: settle each one on its own, looking before writing again. The
+		// batch may have committed with only its reply lost: completing a job that it
+		// completed would be rejected and recorded as a stale write.
 		w.log.Warn("batched completion failed; completing one by one", "jobs", len(batch), "err", err)
 		for _, e := range batch {
+			lctx, cancel := context.WithTimeout(context.Background(), w.cfg.WriteTimeout)
+			state, landed, lerr := queue.Landed(lctx, w.pool, e.lease)
+			cancel()
+			if lerr == nil && landed && state == queue.StateCompleted {
+				e.finish(OutcomeCompleted)
+				continue
+			}
 			werr := w.fencedWrite(context.Background(), e, "complete", func(ctx context.Context) error {
 				return queue.Complete(ctx, w.pool, e.lease)
 			})
