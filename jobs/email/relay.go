@@ -170,11 +170,17 @@ func (r *relay) deliver(ctx context.Context, job *fenceq.Job[DeliverArgs]) error
 		return nil
 	}
 
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.WriteTimeout)
-	defer cancel()
+	// Writes after this point get their own WriteTimeout, detached from the job's
+	// context, counted from when they start: started before the send, the clock ran
+	// through a slow SMTP exchange and left the writes after it no time.
+	writeCtx := func() (context.Context, context.CancelFunc) {
+		return context.WithTimeout(context.WithoutCancel(ctx), r.cfg.WriteTimeout)
+	}
 
 	msg, err := r.message(row)
 	if err != nil {
+		wctx, cancel := writeCtx()
+		defer cancel()
 		return r.fail(wctx, job, row, log, &PermanentError{Err: err})
 	}
 	err = job.WithLease(ctx, func(ctx context.Context, tx pgx.Tx) error {
@@ -189,6 +195,8 @@ func (r *relay) deliver(ctx context.Context, job *fenceq.Job[DeliverArgs]) error
 	}
 
 	sendErr := r.cfg.Mailer.Send(ctx, msg)
+	wctx, cancel := writeCtx()
+	defer cancel()
 	if sendErr == nil {
 		err := job.Commit(wctx, func(ctx context.Context, tx pgx.Tx) error {
 			return queue.MarkOutboxDelivered(ctx, tx, id, lease)

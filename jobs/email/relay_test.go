@@ -63,11 +63,16 @@ type mailerFunc func(ctx context.Context, m email.Message) error
 func (f mailerFunc) Send(ctx context.Context, m email.Message) error { return f(ctx, m) }
 
 // startRelay runs a worker that serves only the outbox queue with the relay.
-func (b *relayBundle) startRelay(t *testing.T, pool *pgxpool.Pool, id string, mailer email.Mailer, lease time.Duration) *fenceq.Worker {
+func (b *relayBundle) startRelay(t *testing.T, pool *pgxpool.Pool, id string, mailer email.Mailer, lease time.Duration,
+	tune ...func(*email.RelayConfig)) *fenceq.Worker {
 	t.Helper()
 	hs := fenceq.NewHandlers()
-	err := email.Register(hs, email.RelayConfig{Pool: pool, Mailer: mailer, Logger: testutil.QuietLogger(), Metrics: b.metrics,
-		Backoff: &queue.Backoff{Base: 50 * time.Millisecond, Max: 200 * time.Millisecond}})
+	cfg := email.RelayConfig{Pool: pool, Mailer: mailer, Logger: testutil.QuietLogger(), Metrics: b.metrics,
+		Backoff: &queue.Backoff{Base: 50 * time.Millisecond, Max: 200 * time.Millisecond}}
+	for _, f := range tune {
+		f(&cfg)
+	}
+	err := email.Register(hs, cfg)
 	if err != nil {
 		t.Fatalf("register relay: %v", err)
 	}
@@ -422,5 +427,30 @@ func TestRegisterValidatesConfig(t *testing.T) {
 	}
 	if err := email.Register(hs, email.RelayConfig{Pool: db.Pool, Mailer: fm}); err == nil {
 		t.Fatal("registered the relay twice")
+	}
+}
+
+// A send slower than the relay's WriteTimeout must still be recorded: the write after it
+// gets its own timeout. With the clock started before the send, marking the row
+// delivered failed every time and each retry sent the message again.
+func TestRelaySlowSendIsStillMarkedDelivered(t *testing.T) {
+	t.Parallel()
+	b := setupRelay(t)
+	const writeTimeout, sendTakes = 200 * time.Millisecond, 600 * time.Millisecond
+	var sends atomic.Int32
+	slow := mailerFunc(func(ctx context.Context, m email.Message) error {
+		sends.Add(1)
+		select {
+		case <-time.After(sendTakes):
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	b.startRelay(t, b.db.Pool, "slow-relay", slow, 10*time.Second, func(c *email.RelayConfig) { c.WriteTimeout = writeTimeout })
+	ids := b.insertEmails(t, 3, payload("slow@example.com"))
+	b.waitRow(t, ids[0], queue.OutboxDelivered, 20*time.Second)
+	if n := sends.Load(); n != 1 {
+		t.Fatalf("message sent %d times, want once", n)
 	}
 }
