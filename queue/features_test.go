@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/fenceq/fenceq/queue"
 )
@@ -389,5 +390,32 @@ func TestHeartbeatSkipsLockedRowsWithoutWaiting(t *testing.T) {
 	}
 	if len(res.Busy) != 1 || res.Busy[0] != leases[0] || len(res.Renewed) != 1 || res.Renewed[0] != leases[1] || len(res.Lost) != 0 {
 		t.Fatalf("heartbeat result %+v", res)
+	}
+}
+
+// An error text the database cannot store as it is — over the length limit with a
+// multi-byte character at the cut, invalid UTF-8, a NUL byte — is still recorded
+// (made valid), so the failure and its backoff take effect instead of the job staying
+// running until its lease expires.
+func TestFailRecordsAnyErrorText(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	long := strings.Repeat("é", 3000) // 6,000 bytes: the 4 KiB cut falls inside characters
+	for name, text := range map[string]string{"long multi-byte": long, "invalid UTF-8": "bad \xff\xfe bytes", "NUL": "a\x00b"} {
+		j := b.insert(t, queue.InsertParams{MaxAttempts: 5})
+		var l queue.Lease
+		for _, c := range b.claim(t, "w", 10, time.Minute) {
+			if c.ID == j.ID {
+				l = c.Lease()
+			}
+		}
+		state, err := queue.Fail(b.ctx, b.db.Pool, l, queue.FailParams{Err: text, Backoff: time.Hour})
+		if err != nil || state != queue.StateRetryable {
+			t.Fatalf("%s: fail: %s %v, want retryable", name, state, err)
+		}
+		row := b.job(t, j.ID)
+		if len(row.Errors) != 1 || !utf8.ValidString(row.Errors[0].Error) || row.Errors[0].Error == "" {
+			t.Fatalf("%s: recorded errors %+v", name, row.Errors)
+		}
 	}
 }

@@ -3,6 +3,7 @@ package queue
 import (
 	"bytes"
 	"encoding/json"
+	"strings"
 	"unicode"
 	"unicode/utf8"
 )
@@ -106,9 +107,16 @@ func jsonKind(b byte) string {
 	}
 }
 
+// truncate makes s storable in a text column and at most n bytes (plus "…"): invalid
+// UTF-8 becomes U+FFFD, NUL bytes are dropped (PostgreSQL rejects both, and a failure
+// whose error text held them could not be recorded), and a cut never splits a character.
 func truncate(s string, n int) string {
+	s = strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "")
 	if len(s) <= n {
 		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
 	}
 	return s[:n] + "…"
 }
