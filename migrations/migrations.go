@@ -58,12 +58,12 @@ func Latest() uint {
 
 // Up applies every pending migration. It is a no-op when the schema is current.
 func Up(ctx context.Context, pool *pgxpool.Pool) error {
-	return run(ctx, pool, "migrate up", func(m *migrate.Migrate) error { return m.Up() })
+	return run(ctx, pool, "migrate up", true, func(m *migrate.Migrate) error { return m.Up() })
 }
 
 // Down reverts the given number of applied migrations; steps <= 0 reverts all of them.
 func Down(ctx context.Context, pool *pgxpool.Pool, steps int) error {
-	return run(ctx, pool, "migrate down", func(m *migrate.Migrate) error {
+	return run(ctx, pool, "migrate down", true, func(m *migrate.Migrate) error {
 		if steps <= 0 {
 			return m.Down()
 		}
@@ -74,7 +74,7 @@ func Down(ctx context.Context, pool *pgxpool.Pool, steps int) error {
 // Status reports the current version and which embedded migrations are applied.
 func Status(ctx context.Context, pool *pgxpool.Pool) (Report, error) {
 	var rep Report
-	err := run(ctx, pool, "migrate status", func(m *migrate.Migrate) error {
+	err := run(ctx, pool, "migrate status", false, func(m *migrate.Migrate) error {
 		v, dirty, err := m.Version()
 		if err != nil && !errors.Is(err, migrate.ErrNilVersion) {
 			return err
@@ -93,7 +93,9 @@ func Status(ctx context.Context, pool *pgxpool.Pool) (Report, error) {
 	return rep, err
 }
 
-func run(ctx context.Context, pool *pgxpool.Pool, what string, fn func(*migrate.Migrate) error) error {
+// run opens golang-migrate on pool and calls fn. With refuseDirty it first refuses a
+// dirty schema (Up and Down); Status reports it instead.
+func run(ctx context.Context, pool *pgxpool.Pool, what string, refuseDirty bool, fn func(*migrate.Migrate) error) error {
 	if err := pool.Ping(ctx); err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
@@ -112,7 +114,7 @@ func run(ctx context.Context, pool *pgxpool.Pool, what string, fn func(*migrate.
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	defer func() { _, _ = m.Close() }()
-	if _, dirty, verr := m.Version(); verr == nil && dirty {
+	if _, dirty, verr := m.Version(); refuseDirty && verr == nil && dirty {
 		return fmt.Errorf("%s: %w", what, ErrDirty)
 	}
 	err = fn(m)

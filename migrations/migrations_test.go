@@ -2,6 +2,7 @@ package migrations_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -81,5 +82,27 @@ func TestUpDownUpRoundTrip(t *testing.T) {
 	rep, err = migrations.Status(ctx, db.Pool)
 	if err != nil || rep.Version != migrations.Latest()-1 {
 		t.Fatalf("after down 1: version %d %v, want %d", rep.Version, err, migrations.Latest()-1)
+	}
+}
+
+// A migration that failed half-way leaves the schema dirty: Up and Down refuse to run,
+// and Status still reports the version and the dirty flag for the operator to act on.
+func TestDirtySchemaIsReportedAndRefused(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	db := dbtest.New(t) // migrated
+	if _, err := db.Pool.Exec(ctx, `UPDATE `+migrations.Table+` SET dirty = true`); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := migrations.Status(ctx, db.Pool)
+	if err != nil || !rep.Dirty || rep.Version != migrations.Latest() {
+		t.Fatalf("status of a dirty schema: %+v %v; want dirty at version %d", rep, err, migrations.Latest())
+	}
+	if err := migrations.Up(ctx, db.Pool); !errors.Is(err, migrations.ErrDirty) {
+		t.Fatalf("up on a dirty schema: %v, want ErrDirty", err)
+	}
+	if err := migrations.Down(ctx, db.Pool, 1); !errors.Is(err, migrations.ErrDirty) {
+		t.Fatalf("down on a dirty schema: %v, want ErrDirty", err)
 	}
 }
