@@ -62,16 +62,23 @@ func parseJobID(c *ucli.Context) (int64, error) {
 	return id, nil
 }
 
+// wrongStateDetail is the "it is …" part of an ErrWrongState error from the engine
+// (whose messages say what the row is), or the whole message when there is none.
+func wrongStateDetail(err error) string {
+	msg := err.Error()
+	if i := strings.Index(msg, "it is "); i >= 0 {
+		msg = strings.TrimSuffix(msg[i:], ": "+queue.ErrWrongState.Error())
+	}
+	return msg
+}
+
 // jobError turns the engine's sentinels into the CLI's lines.
 func jobError(op string, id int64, err error) error {
 	switch {
 	case errors.Is(err, queue.ErrNotFound):
 		return fmt.Errorf("job %d not found", id)
 	case errors.Is(err, queue.ErrWrongState):
-		msg := err.Error()
-		if i := strings.Index(msg, "it is "); i >= 0 {
-			msg = strings.TrimSuffix(msg[i:], ": "+queue.ErrWrongState.Error())
-		}
+		msg := wrongStateDetail(err)
 		hint := ""
 		if op == "retry" {
 			hint = fmt.Sprintf(" (use `fenceq jobs requeue %d` to force it)", id)

@@ -107,11 +107,7 @@ func outboxRetry(c *ucli.Context) error {
 	case errors.Is(err, queue.ErrNotFound):
 		return fmt.Errorf("outbox row %d not found", id)
 	case errors.Is(err, queue.ErrWrongState):
-		msg := err.Error()
-		if i := strings.Index(msg, "it is "); i >= 0 {
-			msg = strings.TrimSuffix(msg[i:], ": "+queue.ErrWrongState.Error())
-		}
-		return fmt.Errorf("cannot retry outbox row %d: %s; only failed or orphaned rows can be retried", id, msg)
+		return fmt.Errorf("cannot retry outbox row %d: %s; only failed or orphaned rows can be retried", id, wrongStateDetail(err))
 	case err != nil:
 		return err
 	}

@@ -99,16 +99,31 @@ func InsertOutbox(ctx context.Context, tx pgx.Tx, p OutboxParams) (*OutboxResult
 	if err != nil {
 		return nil, fmt.Errorf("insert outbox row %q: %w", p.DedupeKey, err)
 	}
+	deliveryID, err := enqueueDelivery(ctx, tx, id, p.MaxAttempts)
+	if err != nil {
+		return nil, err
+	}
+	return &OutboxResult{ID: id, DeliveryJobID: deliveryID}, nil
+}
+
+// enqueueDelivery enqueues, in tx, the outbox.deliver job of row id (unique key
+// "outbox:<id>") and links the row to it. A delivery job of the row that is still
+// unfinished gives ErrWrongState: linking the row to it again would deliver nothing new.
+func enqueueDelivery(ctx context.Context, tx pgx.Tx, id int64, maxAttempts int) (int64, error) {
 	args, _ := json.Marshal(OutboxDeliverArgs{OutboxID: id})
 	job, err := Insert(ctx, tx, InsertParams{
-		Queue: OutboxQueue, Kind: OutboxDeliverKind, Args: args, MaxAttempts: p.MaxAttempts,
+		Queue: OutboxQueue, Kind: OutboxDeliverKind, Args: args, MaxAttempts: maxAttempts,
 		UniqueKey: "outbox:" + strconv.FormatInt(id, 10),
 	})
 	if err != nil {
-		return nil, fmt.Errorf("enqueue delivery of outbox row %d: %w", id, err)
+		return 0, fmt.Errorf("enqueue delivery of outbox row %d: %w", id, err)
+	}
+	if job.Existing {
+		return 0, fmt.Errorf("enqueue delivery of outbox row %d: it is failed but its delivery job %d is still %s; "+
+			"retry once that job has ended: %w", id, job.Job.ID, job.Job.State, ErrWrongState)
 	}
 	if _, err := tx.Exec(ctx, sqlSetOutboxDeliveryJob, id, job.Job.ID); err != nil {
-		return nil, fmt.Errorf("link outbox row %d to its delivery job: %w", id, err)
+		return 0, fmt.Errorf("link outbox row %d to its delivery job: %w", id, err)
 	}
-	return &OutboxResult{ID: id, DeliveryJobID: job.Job.ID}, nil
+	return job.Job.ID, nil
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -185,8 +184,9 @@ func RecordOutboxAttempt(ctx context.Context, db DBTX, id int64, l Lease, errTex
 
 // RetryOutbox makes a failed row pending again and enqueues a new delivery job for it,
 // in one transaction. It also takes a pending row that no unfinished job will deliver
-// (an orphan, see FailOrphanedOutbox). Any other row gives ErrWrongState; an unknown id
-// ErrNotFound. The row keeps its dedupe key, so the new attempts carry the same
+// (an orphan, see FailOrphanedOutbox). Any other row gives ErrWrongState, and so does a
+// failed row whose last delivery job has not ended yet (the relay marks the row failed,
+// then ends its job); an unknown id ErrNotFound. The row keeps its dedupe key, so the new attempts carry the same
 // idempotency key as the old ones.
 func RetryOutbox(ctx context.Context, db Beginner, id int64) (*OutboxRow, error) {
 	tx, err := db.Begin(ctx)
@@ -207,16 +207,8 @@ func RetryOutbox(ctx context.Context, db Beginner, id int64) (*OutboxRow, error)
 	if err != nil {
 		return nil, fmt.Errorf("retry outbox row %d: %w", id, err)
 	}
-	args, _ := json.Marshal(OutboxDeliverArgs{OutboxID: id})
-	job, err := Insert(ctx, tx, InsertParams{
-		Queue: OutboxQueue, Kind: OutboxDeliverKind, Args: args, MaxAttempts: DefaultOutboxMaxAttempts,
-		UniqueKey: "outbox:" + strconv.FormatInt(id, 10),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("retry outbox row %d: enqueue delivery: %w", id, err)
-	}
-	if _, err := tx.Exec(ctx, sqlSetOutboxDeliveryJob, id, job.Job.ID); err != nil {
-		return nil, fmt.Errorf("retry outbox row %d: link delivery job: %w", id, err)
+	if _, err := enqueueDelivery(ctx, tx, id, DefaultOutboxMaxAttempts); err != nil {
+		return nil, fmt.Errorf("retry: %w", err)
 	}
 	o, err := GetOutbox(ctx, tx, id)
 	if err != nil {

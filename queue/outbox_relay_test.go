@@ -205,4 +205,21 @@ func TestOutboxOrphanFailRetryAndStats(t *testing.T) {
 	if o.State != queue.OutboxFailed || o.LastError == nil || *o.LastError != "550 no such user" || o.LeaseGen != newJob.LeaseGen {
 		t.Fatalf("failed row: %+v", o)
 	}
+
+	// Between marking the row failed and ending its job, the failed row still has an
+	// unfinished delivery job: a retry now would link the row back to that job, which
+	// delivers nothing. It is refused and changes nothing.
+	if _, err := queue.RetryOutbox(b.ctx, b.db.Pool, res.ID); !errors.Is(err, queue.ErrWrongState) {
+		t.Fatalf("retry while the last delivery job still runs: %v, want ErrWrongState", err)
+	}
+	if o := b.outbox(t, res.ID); o.State != queue.OutboxFailed || o.DeliveryJobID == nil || *o.DeliveryJobID != newJob.ID {
+		t.Fatalf("row after the refused retry: %+v", o)
+	}
+	if _, err := queue.Fail(b.ctx, b.db.Pool, newJob.Lease(), queue.FailParams{Err: "550", Discard: true}); err != nil {
+		t.Fatal(err)
+	}
+	r, err = queue.RetryOutbox(b.ctx, b.db.Pool, res.ID)
+	if err != nil || r.State != queue.OutboxPending || r.DeliveryJobID == nil || *r.DeliveryJobID == newJob.ID {
+		t.Fatalf("retry once the job ended: %+v %v; want pending with a new delivery job", r, err)
+	}
 }
