@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -279,7 +280,8 @@ func measureDrain(ctx context.Context, e *env, s system) (measured, error) {
 	elapsed := time.Duration(c.last.Load()) - t0
 	serr := stopSystem(s, stop)
 	if werr != nil {
-		return measured{}, werr
+		// The side's own error (a claimer that failed, a verification) says why.
+		return measured{}, errors.Join(werr, serr)
 	}
 	if serr != nil {
 		return measured{}, serr
@@ -497,7 +499,8 @@ func measureLatency(ctx context.Context, e *env, s system) (measured, error) {
 		return measured{}, fmt.Errorf("enqueue: %w", err)
 	}
 	if werr != nil {
-		return measured{}, werr
+		// The side's own error (a claimer that failed, a verification) says why.
+		return measured{}, errors.Join(werr, serr)
 	}
 	if serr != nil {
 		return measured{}, serr

@@ -197,4 +197,10 @@ func requireFired(t *testing.T, rep *Report, f FaultType) {
 		}
 		t.Fatalf("fault %s: scheduled %d, fired 0 (%s)", f, s.Scheduled, strings.Join(why, "; "))
 	}
+	// A fired fault took time (a pause lasts its For), and the log says when it began.
+	for _, r := range rep.FaultLog {
+		if r.Type == f && r.Fired && (r.Took <= 0 || r.Started < 0) {
+			t.Fatalf("fault %s fired but its record says started %s, took %s", f, r.Started, r.Took)
+		}
+	}
 }

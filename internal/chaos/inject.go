@@ -34,9 +34,11 @@ func (e *Env) waitHolding(ctx context.Context, w *Worker, within time.Duration) 
 // Inject injects one fault now and returns its record: whether it provably fired, and
 // the proof. It blocks for the fault's duration (a pause lasts f.For) and restores what
 // it changed before returning, also when ctx ends early.
-func (e *Env) Inject(ctx context.Context, f PlannedFault) FaultRecord {
-	rec := FaultRecord{PlannedFault: f}
+func (e *Env) Inject(ctx context.Context, f PlannedFault) (rec FaultRecord) {
+	rec = FaultRecord{PlannedFault: f}
 	start := time.Now()
+	// A named result, so that this sets Took on the record returned (on an unnamed one
+	// it set a copy after the return value was taken, and every Took was 0).
 	defer func() { rec.Took = time.Since(start) }()
 	if f.Type == FaultPGRestart {
 		rec.Target = "postgres"
