@@ -194,6 +194,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	ran := 0
 	for i := 0; i < cfg.Runs; i++ {
 		order := slices.Clone(systems)
 		if i%2 == 1 {
@@ -205,6 +206,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			if err != nil {
 				return rep, fmt.Errorf("run %d of %s: %w", i+1, s.name(), err)
 			}
+			ran++
+			r.Order = ran
 			rep.add(r)
 			progressf(cfg.Progress, "run %d/%d: %s %s: %s\n", i+1, cfg.Runs, s.name(), cfg.Workload, r.headline(cfg.Workload))
 		}

@@ -159,9 +159,14 @@ func TestDrainAllSides(t *testing.T) {
 			t.Errorf("ratio %+v, want fenceq first and value %v", q, want)
 		}
 	}
-	// Runs alternate which side goes first.
-	if rep.Systems[0].Runs[0].Run != 1 || rep.Systems[0].Runs[1].Run != 2 {
-		t.Errorf("runs not numbered in order: %+v", rep.Systems[0].Runs)
+	// Runs are numbered in order and alternate which side goes first.
+	f, r := sideOf(t, rep, SystemFenceq).Runs, sideOf(t, rep, SystemRiver).Runs
+	if f[0].Run != 1 || f[1].Run != 2 {
+		t.Errorf("runs not numbered in order: %+v", f)
+	}
+	if !(f[0].Order < r[0].Order) || !(r[1].Order < f[1].Order) {
+		t.Errorf("sides did not alternate: fenceq ran at %d, %d; river at %d, %d",
+			f[0].Order, f[1].Order, r[0].Order, r[1].Order)
 	}
 }
 

@@ -65,8 +65,11 @@ func Metrics(workload string) []string {
 
 // RunResult is one run of one side.
 type RunResult struct {
-	System  string             `json:"system"`
-	Run     int                `json:"run"`
+	System string `json:"system"`
+	Run    int    `json:"run"`
+	// Order is the run's place among every side's runs, in the order they ran (from 1):
+	// within a paired run the sides alternate which goes first.
+	Order   int                `json:"order"`
 	Metrics map[string]float64 `json:"metrics"`
 	// Schema is the schema the run used (dropped at its end).
 	Schema string `json:"schema"`
