@@ -157,6 +157,8 @@ func (c Config) validate() error {
 		"ReaperInterval": c.ReaperInterval, "PollInterval": c.PollInterval,
 		"PruneInterval": c.PruneInterval, "HolderFreshness": c.HolderFreshness,
 		"WriteTimeout": c.WriteTimeout, "ShutdownGrace": c.ShutdownGrace,
+		// Negative ages would delete every lease event, or the rows of live workers.
+		"LeaseEventRetention": c.LeaseEventRetention, "StaleWorkerAge": c.StaleWorkerAge,
 	}
 	for name, d := range positive {
 		if d <= 0 {

@@ -247,11 +247,13 @@ func TestConfigValidationNamesTheField(t *testing.T) {
 	fenceq.AddHandler(hs, func(ctx context.Context, job *fenceq.Job[echoArgs]) error { return nil })
 	b := setup(t)
 	cases := map[string]fenceq.Config{
-		"Handlers":          {},
-		"Queues":            {Handlers: hs, Queues: map[string]fenceq.QueueConfig{"bad queue": {}}},
-		"HeartbeatInterval": {Handlers: hs, LeaseDuration: time.Second, HeartbeatInterval: 2 * time.Second},
-		"LeaseMargin":       {Handlers: hs, LeaseDuration: time.Second, HeartbeatInterval: 500 * time.Millisecond, LeaseMargin: 600 * time.Millisecond},
-		"MaxWorkers":        {Handlers: hs, Queues: map[string]fenceq.QueueConfig{"q": {MaxWorkers: -1}}},
+		"Handlers":            {},
+		"Queues":              {Handlers: hs, Queues: map[string]fenceq.QueueConfig{"bad queue": {}}},
+		"HeartbeatInterval":   {Handlers: hs, LeaseDuration: time.Second, HeartbeatInterval: 2 * time.Second},
+		"LeaseMargin":         {Handlers: hs, LeaseDuration: time.Second, HeartbeatInterval: 500 * time.Millisecond, LeaseMargin: 600 * time.Millisecond},
+		"MaxWorkers":          {Handlers: hs, Queues: map[string]fenceq.QueueConfig{"q": {MaxWorkers: -1}}},
+		"LeaseEventRetention": {Handlers: hs, LeaseEventRetention: -time.Hour},
+		"StaleWorkerAge":      {Handlers: hs, StaleWorkerAge: -time.Hour},
 	}
 	for field, cfg := range cases {
 		if _, err := fenceq.NewWorker(b.db.Pool, cfg); err == nil || !strings.Contains(err.Error(), field) {
