@@ -212,7 +212,7 @@ func ClaimIdempotencyKey(ctx context.Context, tx pgx.Tx, p ClaimKeyParams) (*Cla
 			}
 			return &ClaimResult{Record: took, Owned: true, Waited: waited, TookOver: true}, nil
 		case current.State == IdemInFlight:
-			return &ClaimResult{Record: current, Waited: true},
+			return &ClaimResult{Record: current, Waited: waited},
 				fmt.Errorf("%s: its owner has not finished it: %w", what, ErrKeyInFlight)
 		case !bytes.Equal(current.RequestHash, p.RequestHash):
 			return &ClaimResult{Record: current, Waited: waited},
