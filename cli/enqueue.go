@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -46,22 +45,19 @@ func enqueue(c *ucli.Context) error {
 	}
 	kind := c.Args().First()
 	k, known := builtinKinds()[kind]
+	// Every mistake in the command line is a usage error (exit 2), found before any
+	// connection is made.
 	if !known && !c.Bool("allow-unknown-kind") {
-		return fmt.Errorf("unknown kind %q: built-in kinds are %s (or pass --allow-unknown-kind)",
-			kind, strings.Join(kindNames(), ", "))
+		return usageError{fmt.Errorf("unknown kind %q: built-in kinds are %s (or pass --allow-unknown-kind)",
+			kind, strings.Join(kindNames(), ", "))}
 	}
 	raw := []byte(c.String("args"))
-	if !json.Valid(raw) {
-		var v any
-		err := json.Unmarshal(raw, &v)
-		return fmt.Errorf("invalid JSON in --args: %v", err)
-	}
 	if err := queue.ValidateArgs(raw, 0); err != nil {
-		return fmt.Errorf("--args: %w", err)
+		return usageError{fmt.Errorf("--args: %w", err)}
 	}
 	if known && k.validate != nil {
 		if err := k.validate(raw); err != nil {
-			return fmt.Errorf("invalid args for kind %s: %w", kind, err)
+			return usageError{fmt.Errorf("invalid args for kind %s: %w", kind, err)}
 		}
 	}
 	p := queue.InsertParams{Kind: kind, Args: raw, Queue: c.String("queue"), Priority: c.Int("priority"),
@@ -88,6 +84,9 @@ func enqueue(c *ucli.Context) error {
 	}
 	if c.Int("max-attempts") < 1 {
 		return usageError{fmt.Errorf("invalid --max-attempts %d: must be at least 1", c.Int("max-attempts"))}
+	}
+	if err := queue.ValidateInsert(p); err != nil { // queue, priority, unique key
+		return usageError{err}
 	}
 	pool, err := openSchema(c, 2)
 	if err != nil {

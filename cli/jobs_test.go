@@ -55,13 +55,30 @@ func TestEnqueue(t *testing.T) {
 func TestEnqueueErrors(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	oneErrorLine(t, b.run(t, "enqueue", "nope"), `unknown kind "nope": built-in kinds are`)
-	oneErrorLine(t, b.run(t, "enqueue", "noop", "--args", `{"a":`), "invalid JSON in --args")
-	oneErrorLine(t, b.run(t, "enqueue", "noop", "--args", `[1]`), "args")
-	oneErrorLine(t, b.run(t, "enqueue", "sleep", "--args", `{"duration": "forever"}`), "invalid args for kind sleep")
-	oneErrorLine(t, b.run(t, "enqueue", "noop", "--run-at", "tomorrow"), "invalid --run-at")
-	oneErrorLine(t, b.run(t, "enqueue", "noop", "--priority", "101"), "priority")
-	oneErrorLine(t, b.run(t, "enqueue"), "usage: fenceq enqueue KIND")
+	// Every bad command line is a usage error (exit 2) naming what was wrong, found
+	// before connecting: the same mistakes against an unreachable database say the same.
+	dead := "postgres://postgres@127.0.0.1:1/x?sslmode=disable&connect_timeout=1"
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"nope"}, `unknown kind "nope": built-in kinds are`},
+		{[]string{"noop", "--args", `{"a":`}, "malformed JSON"},
+		{[]string{"noop", "--args", `[1]`}, "must be a JSON object"},
+		{[]string{"sleep", "--args", `{"duration": "forever"}`}, "invalid args for kind sleep"},
+		{[]string{"noop", "--run-at", "tomorrow"}, "invalid --run-at"},
+		{[]string{"noop", "--priority", "101"}, "priority: 101 is outside"},
+		{[]string{"noop", "--queue", "bad queue"}, "queue"},
+		{[]string{}, "usage: fenceq enqueue KIND"},
+	} {
+		for _, url := range []string{b.db.URL, dead} {
+			r := runCLI(b.ctx, append(append([]string{"enqueue"}, c.args...), "--database-url", url)...)
+			oneErrorLine(t, r, c.want)
+			if r.code != 2 {
+				t.Errorf("enqueue %v against %s: exit %d, want 2 (usage)", c.args, url, r.code)
+			}
+		}
+	}
 	if n := countJobs(t, b); n != 0 {
 		t.Fatalf("%d jobs written by failed enqueues", n)
 	}

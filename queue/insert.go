@@ -85,6 +85,12 @@ func (p *InsertParams) normalize() error {
 	return nil
 }
 
+// ValidateInsert checks p as Insert would, without touching the database, so that a
+// caller can reject bad input before it connects. Errors match ErrInvalid.
+func ValidateInsert(p InsertParams) error {
+	return p.normalize()
+}
+
 func (p *InsertParams) runAt() *time.Time {
 	if p.RunAt.IsZero() {
 		return nil
