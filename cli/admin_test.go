@@ -85,6 +85,11 @@ func TestWorkersAndStats(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("stats output lacks %q:\n%s", want, out)
 		}
+	}	// A window that looks back nowhere would count nothing: a usage error, as in health.
+	r := b.run(t, "stats", "--window", "0s")
+	oneErrorLine(t, r, "invalid --window 0s: must be positive")
+	if r.code != 2 {
+		t.Errorf("stats --window 0s: exit %d, want 2", r.code)
 	}
 }
 

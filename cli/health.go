@@ -42,14 +42,23 @@ type healthReport struct {
 	Healthy    bool        `json:"healthy"`
 }
 
+// positiveDurations returns a usage error for the first of the duration flags that is
+// not positive.
+func positiveDurations(c *ucli.Context, flags ...string) error {
+	for _, f := range flags {
+		if c.Duration(f) <= 0 {
+			return usageError{fmt.Errorf("invalid --%s %s: must be positive", f, c.Duration(f))}
+		}
+	}
+	return nil
+}
+
 func health(c *ucli.Context) error {
 	if err := needArgs(c, 0, 0, ""); err != nil {
 		return err
 	}
-	for _, f := range []string{"window", "max-outbox-age", "max-xact-age"} {
-		if c.Duration(f) <= 0 {
-			return usageError{fmt.Errorf("invalid --%s %s: must be positive", f, c.Duration(f))}
-		}
+	if err := positiveDurations(c, "window", "max-outbox-age", "max-xact-age"); err != nil {
+		return err
 	}
 	pool, err := openSchema(c, 2)
 	if err != nil {

@@ -37,6 +37,9 @@ func stats(c *ucli.Context) error {
 	if err := needArgs(c, 0, 0, ""); err != nil {
 		return err
 	}
+	if err := positiveDurations(c, "window"); err != nil {
+		return err
+	}
 	pool, err := openSchema(c, 2)
 	if err != nil {
 		return err

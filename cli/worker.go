@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"slices"
@@ -115,11 +116,12 @@ func workerAction(c *ucli.Context) error {
 			return err
 		}
 	}
-	go func() {
-		<-c.Context.Done()
+	// Logged when the context ends; not at all if Run returns first (a failed start).
+	stopLog := context.AfterFunc(c.Context, func() {
 		log.Info("shutting down: no new claims; running jobs get --shutdown-timeout to finish (signal again to force)",
 			"shutdown_timeout", c.Duration("shutdown-timeout"))
-	}()
+	})
+	defer stopLog()
 	runErr := w.Run(c.Context, c.Duration("shutdown-timeout"))
 	if err := srv.Stop(5 * time.Second); err != nil {
 		log.Warn("stop metrics server", "err", err)
