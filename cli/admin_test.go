@@ -85,7 +85,8 @@ func TestWorkersAndStats(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("stats output lacks %q:\n%s", want, out)
 		}
-	}	// A window that looks back nowhere would count nothing: a usage error, as in health.
+	}
+	// A window that looks back nowhere would count nothing: a usage error, as in health.
 	r := b.run(t, "stats", "--window", "0s")
 	oneErrorLine(t, r, "invalid --window 0s: must be positive")
 	if r.code != 2 {
