@@ -46,6 +46,7 @@ type lifecycle int
 
 const (
 	stateNew lifecycle = iota
+	stateStarting // Start is registering the worker and starting its goroutines
 	stateStarted
 	stateStopping
 	stateStopped
@@ -116,7 +117,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		w.mu.Unlock()
 		return errors.New("start worker: already started")
 	}
-	w.state = stateStarted
+	w.state = stateStarting
 	w.mu.Unlock()
 
 	if err := w.register(ctx); err != nil {
@@ -161,6 +162,9 @@ func (w *Worker) Start(ctx context.Context) error {
 		w.claimWG.Add(1)
 		go w.runQueue(claimCtx, ql)
 	}
+	w.mu.Lock()
+	w.state = stateStarted
+	w.mu.Unlock()
 	w.log.Info("worker started", "queues", w.queueNames(), "lease", w.cfg.LeaseDuration,
 		"heartbeat", w.cfg.HeartbeatInterval)
 	return nil
@@ -173,6 +177,10 @@ func (w *Worker) Start(ctx context.Context) error {
 // released. Stop returns an error if such handlers were still running at the end.
 func (w *Worker) Stop(ctx context.Context) error {
 	w.mu.Lock()
+	if w.state == stateStarting {
+		w.mu.Unlock()
+		return errors.New("stop worker: Start has not returned yet")
+	}
 	if w.state != stateStarted {
 		w.mu.Unlock()
 		return nil
