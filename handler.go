@@ -35,7 +35,6 @@ type Handlers struct {
 }
 
 type handlerEntry struct {
-	kind string
 	opts HandlerOpts
 	run  func(ctx context.Context, row *JobRow, e *execution) error
 }
@@ -65,7 +64,7 @@ func AddHandlerSafely[T JobArgs](hs *Handlers, fn HandlerFunc[T], opts ...Handle
 	if len(opts) > 0 {
 		o = opts[0]
 	}
-	hs.m[kind] = &handlerEntry{kind: kind, opts: o, run: func(ctx context.Context, row *JobRow, e *execution) error {
+	hs.m[kind] = &handlerEntry{opts: o, run: func(ctx context.Context, row *JobRow, e *execution) error {
 		job := &Job[T]{JobRow: row, exec: e}
 		if err := json.Unmarshal(row.Args, &job.Args); err != nil {
 			// Args that do not decode will never decode: retrying cannot help.

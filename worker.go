@@ -45,8 +45,8 @@ type Worker struct {
 type lifecycle int
 
 const (
-	stateNew lifecycle = iota
-	stateStarting // Start is registering the worker and starting its goroutines
+	stateNew      lifecycle = iota
+	stateStarting           // Start is registering the worker and starting its goroutines
 	stateStarted
 	stateStopping
 	stateStopped

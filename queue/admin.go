@@ -125,5 +125,8 @@ func ListQueues(ctx context.Context, db DBTX) ([]QueueInfo, error) {
 		}
 		out = append(out, q)
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list queues: %w", err)
+	}
+	return out, nil
 }

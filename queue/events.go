@@ -45,11 +45,7 @@ func RecordLeaseEvents(ctx context.Context, db DBTX, kind LeaseEventKind, holder
 	if len(leases) == 0 {
 		return nil
 	}
-	ids := make([]int64, len(leases))
-	gens := make([]int64, len(leases))
-	for i, l := range leases {
-		ids[i], gens[i] = l.JobID, l.Gen
-	}
+	ids, gens := leaseArrays(leases)
 	if _, err := db.Exec(ctx, sqlRecordEvents, ids, gens, holder, string(kind), detail); err != nil {
 		return fmt.Errorf("record %d %s lease events: %w", len(leases), kind, err)
 	}
@@ -81,7 +77,10 @@ func CountLeaseEvents(ctx context.Context, db DBTX, window time.Duration) (map[L
 		}
 		out[LeaseEventKind(k)] = n
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("count lease events: %w", err)
+	}
+	return out, nil
 }
 
 const sqlListEvents = `
@@ -106,7 +105,10 @@ func ListLeaseEvents(ctx context.Context, db DBTX, jobID int64, limit int) ([]Le
 		e.Kind = LeaseEventKind(k)
 		out = append(out, e)
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list lease events: %w", err)
+	}
+	return out, nil
 }
 
 const sqlRecordLeaseLost = `
@@ -135,11 +137,7 @@ func RecordLeasesLost(ctx context.Context, db DBTX, holder string, leases []Leas
 	if len(leases) == 0 {
 		return nil, nil
 	}
-	ids := make([]int64, len(leases))
-	gens := make([]int64, len(leases))
-	for i, l := range leases {
-		ids[i], gens[i] = l.JobID, l.Gen
-	}
+	ids, gens := leaseArrays(leases)
 	var alive []int64
 	if err := db.QueryRow(ctx, sqlRecordLeaseLost, ids, gens, holder).Scan(&alive); err != nil {
 		return nil, fmt.Errorf("record %d lost leases: %w", len(leases), err)

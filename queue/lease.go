@@ -92,6 +92,17 @@ func Claim(ctx context.Context, db DBTX, p ClaimParams) ([]*JobRow, error) {
 	return jobs, nil
 }
 
+// leaseArrays splits leases into the id and generation arrays the batched statements
+// take ($1::bigint[], $2::bigint[]).
+func leaseArrays(leases []Lease) (ids, gens []int64) {
+	ids = make([]int64, len(leases))
+	gens = make([]int64, len(leases))
+	for i, l := range leases {
+		ids[i], gens[i] = l.JobID, l.Gen
+	}
+	return ids, gens
+}
+
 // HeartbeatResult says what became of each lease sent to Heartbeat.
 type HeartbeatResult struct {
 	// Renewed leases now expire one lease duration after the database's now().
@@ -111,11 +122,7 @@ type HeartbeatResult struct {
 // Heartbeat renews, in one statement, every lease a worker holds and heartbeats the
 // worker's row. Each renewal is fenced by the lease generation.
 func Heartbeat(ctx context.Context, db DBTX, workerID string, leases []Lease, lease time.Duration) (HeartbeatResult, error) {
-	ids := make([]int64, len(leases))
-	gens := make([]int64, len(leases))
-	for i, l := range leases {
-		ids[i], gens[i] = l.JobID, l.Gen
-	}
+	ids, gens := leaseArrays(leases)
 	var heldIDs, heldGens, renewedIDs, renewedGens []int64
 	var heldRunning []bool
 	var workerRows int64
@@ -184,11 +191,7 @@ func CompleteMany(ctx context.Context, db DBTX, holder string, leases []Lease) (
 	if len(leases) == 0 {
 		return nil, nil
 	}
-	ids := make([]int64, len(leases))
-	gens := make([]int64, len(leases))
-	for i, l := range leases {
-		ids[i], gens[i] = l.JobID, l.Gen
-	}
+	ids, gens := leaseArrays(leases)
 	var lostIDs, lostGens []int64
 	if err := db.QueryRow(ctx, sqlCompleteMany, customPlan, ids, gens, holder).Scan(&lostIDs, &lostGens); err != nil {
 		return nil, fmt.Errorf("complete %d jobs: %w", len(leases), err)

@@ -62,5 +62,8 @@ func ListWorkers(ctx context.Context, db DBTX) ([]WorkerInfo, error) {
 		w.HeartbeatAge = time.Duration(age * float64(time.Second))
 		out = append(out, w)
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list workers: %w", err)
+	}
+	return out, nil
 }
