@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/fenceq/fenceq"
 	"github.com/fenceq/fenceq/queue"
 )
 
@@ -42,17 +43,18 @@ func RunBilling(ctx context.Context, db queue.Beginner, period string) (int64, e
 	}
 	var enqueued int64
 	for batch := range slices.Chunk(ids, BillingBatchSize) {
-		ps := make([]queue.InsertParams, len(batch))
+		// Args.InsertOpts gives each job its queue and unique key.
+		items := make([]fenceq.EnqueueItem, len(batch))
 		for i, id := range batch {
-			p, err := insertParams(Args{CustomerID: id, Period: period})
-			if err != nil {
+			a := Args{CustomerID: id, Period: period}
+			if err := a.Validate(); err != nil {
 				return 0, fmt.Errorf("billing run %s: %w", period, err)
 			}
-			ps[i] = p
+			items[i].Args = a
 		}
-		n, err := queue.InsertMany(ctx, tx, ps)
+		n, err := fenceq.EnqueueMany(ctx, tx, items)
 		if err != nil {
-			return 0, fmt.Errorf("billing run %s: enqueue %d invoice jobs: %w", period, len(ps), err)
+			return 0, fmt.Errorf("billing run %s: enqueue %d invoice jobs: %w", period, len(items), err)
 		}
 		enqueued += n
 	}
@@ -66,11 +68,10 @@ func RunBilling(ctx context.Context, db queue.Beginner, period string) (int64, e
 // and period (an unfinished job for them is returned as Existing instead). Pass a
 // pgx.Tx as db to make the job part of a transaction.
 func Enqueue(ctx context.Context, db queue.DBTX, a Args) (*queue.InsertResult, error) {
-	p, err := insertParams(a)
-	if err != nil {
+	if err := a.Validate(); err != nil {
 		return nil, fmt.Errorf("enqueue invoice: %w", err)
 	}
-	return queue.Insert(ctx, db, p)
+	return fenceq.Enqueue(ctx, db, a, nil)
 }
 
 // SeedCountries are the countries SeedCustomers cycles through.

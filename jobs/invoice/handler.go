@@ -80,17 +80,6 @@ func (a Args) Validate() error {
 	return ValidatePeriod(a.Period)
 }
 
-func insertParams(a Args) (queue.InsertParams, error) {
-	if err := a.Validate(); err != nil {
-		return queue.InsertParams{}, err
-	}
-	raw, err := json.Marshal(a)
-	if err != nil {
-		return queue.InsertParams{}, fmt.Errorf("encode invoice args: %w", err)
-	}
-	return queue.InsertParams{Queue: Queue, Kind: Kind, Args: raw, UniqueKey: UniqueKey(a.CustomerID, a.Period)}, nil
-}
-
 // Metrics counts what the invoice handler prevented and produced. Methods must be fast
 // and safe for concurrent use.
 type Metrics interface {
