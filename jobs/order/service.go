@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/fenceq/fenceq/jobs/email"
 	"github.com/fenceq/fenceq/queue"
 )
 
@@ -27,8 +28,8 @@ const (
 
 // Email of the order confirmation, written to the outbox in the order's transaction.
 const (
-	// EmailTopic is the outbox topic of confirmation emails.
-	EmailTopic = "email"
+	// EmailTopic is the outbox topic of confirmation emails: the email relay's.
+	EmailTopic = email.TopicEmail
 	// EmailDedupePrefix + the order id is the outbox dedupe key, and so the idempotency
 	// key of every delivery attempt of the email.
 	EmailDedupePrefix = "order-email:"
@@ -306,21 +307,16 @@ func encodeOrder(o *Order) ([]byte, error) {
 	return append(body, '\n'), nil
 }
 
-// Email is the outbox payload of a confirmation email (topic EmailTopic).
-type Email struct {
-	To      string `json:"to"`
-	Subject string `json:"subject"`
-	Text    string `json:"text"`
-}
-
-func confirmationEmail(o *Order) Email {
+// confirmationEmail is the outbox payload of an order's confirmation (topic EmailTopic):
+// the relay's own message type, so a payload it cannot read cannot be written.
+func confirmationEmail(o *Order) email.Message {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Thank you for your order %d.\n\n", o.ID)
 	for _, it := range o.Items {
 		fmt.Fprintf(&b, "%d × %s at %s\n", it.Quantity, it.SKU, money(it.UnitPriceCents, o.Currency))
 	}
 	fmt.Fprintf(&b, "\nTotal: %s\n", money(o.TotalCents, o.Currency))
-	return Email{To: o.CustomerEmail, Subject: fmt.Sprintf("Order %d confirmed", o.ID), Text: b.String()}
+	return email.Message{To: email.AddressList{o.CustomerEmail}, Subject: fmt.Sprintf("Order %d confirmed", o.ID), Text: b.String()}
 }
 
 // money renders minor units with two decimals, for display only.
