@@ -13,14 +13,16 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/fenceq/fenceq/jobs/invoice"
+	"github.com/fenceq/fenceq/jobs/order"
 	"github.com/fenceq/fenceq/queue"
 )
 
-// Default dedupe-key prefixes of the emails the built-in jobs write: the outbox row of
-// invoice 42 has dedupe_key "invoice-email:42".
+// Default dedupe-key prefixes of the emails the built-in jobs write (the jobs' own
+// constants): the outbox row of invoice 42 has dedupe_key "invoice-email:42".
 const (
-	InvoiceEmailPrefix = "invoice-email:"
-	OrderEmailPrefix   = "order-email:"
+	InvoiceEmailPrefix = invoice.EmailDedupePrefix
+	OrderEmailPrefix   = order.EmailDedupePrefix
 )
 
 // Check names, stable for scripts reading the JSON report.

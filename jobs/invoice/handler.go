@@ -67,9 +67,12 @@ func UniqueKey(customerID int64, period string) string {
 	return "invoice:" + strconv.FormatInt(customerID, 10) + ":" + period
 }
 
+// EmailDedupePrefix + the invoice id is the outbox dedupe key of an invoice's email.
+const EmailDedupePrefix = "invoice-email:"
+
 // EmailDedupeKey is the outbox dedupe key of an invoice's email.
 func EmailDedupeKey(invoiceID int64) string {
-	return "invoice-email:" + strconv.FormatInt(invoiceID, 10)
+	return EmailDedupePrefix + strconv.FormatInt(invoiceID, 10)
 }
 
 // Validate checks the args; the error matches queue.ErrInvalid.
