@@ -78,8 +78,7 @@ WHERE j.id = l.id AND j.lease_gen = l.gen AND j.state = 'running'`
 
 // Statistics. pg_stat_user_tables by the table's oid in the run's schema.
 const sqlStatsTable = `
-SELECT COALESCE(n_tup_upd, 0), COALESCE(n_tup_hot_upd, 0), COALESCE(n_dead_tup, 0),
-       COALESCE(n_tup_ins, 0)
+SELECT COALESCE(n_tup_upd, 0), COALESCE(n_tup_hot_upd, 0), COALESCE(n_dead_tup, 0)
 FROM pg_stat_user_tables WHERE relid = to_regclass($1)`
 
 const sqlStatsDatabase = `

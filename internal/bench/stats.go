@@ -29,8 +29,7 @@ func sample(ctx context.Context, c *pgx.Conn, table string) (pgSample, error) {
 	if err := c.QueryRow(ctx, sqlStatsDatabase).Scan(&s.lsn, &s.commits); err != nil {
 		return s, fmt.Errorf("read pg_stat_database: %w", err)
 	}
-	var ins int64
-	err := c.QueryRow(ctx, sqlStatsTable, table).Scan(&s.updates, &s.hot, &s.dead, &ins)
+	err := c.QueryRow(ctx, sqlStatsTable, table).Scan(&s.updates, &s.hot, &s.dead)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return s, fmt.Errorf("read pg_stat_user_tables of %s: %w", table, err)
 	}

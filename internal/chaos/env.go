@@ -321,9 +321,6 @@ func (e *Env) dropSchema(ctx context.Context) error {
 	return nil
 }
 
-// Config returns the configuration with defaults applied.
-func (e *Env) Config() EnvConfig { return e.cfg }
-
 // StartWorkers starts every slot's process and waits until each registered itself in
 // fenceq_workers.
 func (e *Env) StartWorkers(ctx context.Context) error {
@@ -428,16 +425,6 @@ func (w *Worker) ID() string {
 	}
 	return w.ids[len(w.ids)-1]
 }
-
-// IDs returns the worker ids of every process the slot ran.
-func (w *Worker) IDs() []string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return append([]string(nil), w.ids...)
-}
-
-// URL is the connection URL the slot's processes use (through its proxy).
-func (w *Worker) URL() string { return w.url }
 
 // WaitRegistered waits until the slot's current process registered in fenceq_workers.
 func (w *Worker) WaitRegistered(ctx context.Context, within time.Duration) error {

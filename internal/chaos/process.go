@@ -47,7 +47,6 @@ type Process struct {
 
 	mu       sync.Mutex
 	cmd      *exec.Cmd
-	args     []string
 	done     chan struct{}
 	state    *os.ProcessState
 	waitErr  error
@@ -88,7 +87,7 @@ func (p *Process) Start(binary string, args, env []string) error {
 		_ = logf.Close()
 		return fmt.Errorf("start %s: %w", p.Name, err)
 	}
-	p.cmd, p.args, p.starts, p.paused, p.stopping = cmd, args, p.starts+1, false, false
+	p.cmd, p.starts, p.paused, p.stopping = cmd, p.starts+1, false, false
 	p.state, p.waitErr = nil, nil
 	done := make(chan struct{})
 	p.done = done

@@ -38,7 +38,6 @@ type Proxy struct {
 	mu      sync.Mutex
 	links   map[*link]struct{}
 	drops   []CommitDrop
-	onDrop  func(CommitDrop)
 	wg      sync.WaitGroup
 	closing bool
 }
@@ -81,9 +80,6 @@ func New(upstream string) (*Proxy, error) {
 
 // Addr is the proxy's listening address.
 func (p *Proxy) Addr() string { return p.ln.Addr().String() }
-
-// Upstream is the address the proxy forwards to.
-func (p *Proxy) Upstream() string { return p.upstream }
 
 // SetBlackhole makes bytes in both directions vanish (on) or flow again (off). Open
 // connections stay open, so clients see silence, as with a paused peer or a partition.
@@ -138,14 +134,6 @@ func (p *Proxy) CommitDrops() []CommitDrop {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return slices.Clone(p.drops)
-}
-
-// OnCommitDrop sets a function called (on the proxy's goroutine) each time a COMMIT's
-// reply was dropped, just before the connection is reset.
-func (p *Proxy) OnCommitDrop(fn func(CommitDrop)) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.onDrop = fn
 }
 
 // Conns returns the open connections, oldest first.
@@ -249,11 +237,7 @@ func (p *Proxy) forget(l *link) {
 func (p *Proxy) recordDrop(d CommitDrop) {
 	p.mu.Lock()
 	p.drops = append(p.drops, d)
-	fn := p.onDrop
 	p.mu.Unlock()
-	if fn != nil {
-		fn(d)
-	}
 }
 
 func (p *Proxy) sleepLatency() {

@@ -210,13 +210,6 @@ func (c *Cluster) Restart(ctx context.Context, mode string) error {
 	return c.startServer(ctx)
 }
 
-// StopServer stops the server without removing anything; StartServer starts it again.
-// Together they simulate the database going away for a while.
-func (c *Cluster) StopServer(ctx context.Context, mode string) error { return c.stopServer(ctx, mode) }
-
-// StartServer starts a server stopped by StopServer.
-func (c *Cluster) StartServer(ctx context.Context) error { return c.startServer(ctx) }
-
 func (c *Cluster) stopServer(ctx context.Context, mode string) error {
 	if mode == "" {
 		mode = "fast"
@@ -274,9 +267,6 @@ func (c *Cluster) killPostmaster() error {
 	_ = syscall.Kill(pid, syscall.SIGKILL)
 	return nil
 }
-
-// Log returns the server log so far.
-func (c *Cluster) Log() string { return c.readLog() }
 
 func (c *Cluster) readLog() string {
 	b, _ := os.ReadFile(c.logFile)

@@ -24,11 +24,6 @@ type DeliverArgs struct {
 // Kind implements fenceq.JobArgs.
 func (DeliverArgs) Kind() string { return queue.OutboxDeliverKind }
 
-// InsertOpts puts delivery jobs on the outbox queue.
-func (DeliverArgs) InsertOpts() fenceq.InsertOpts {
-	return fenceq.InsertOpts{Queue: queue.OutboxQueue, MaxAttempts: queue.DefaultOutboxMaxAttempts}
-}
-
 // Metrics counts the relay's outcomes by outbox topic. Methods must be fast and safe for
 // concurrent use.
 type Metrics interface {

@@ -12,7 +12,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"errors"
 	"io"
 	"log"
 	"math/big"
@@ -65,7 +64,6 @@ type Server struct {
 	reject      map[string]rejection
 	inflight    map[string]int
 	maxInflight int
-	sessions    int
 }
 
 type rejection struct {
@@ -162,19 +160,9 @@ func (s *Server) MaxConcurrentPerMessageID() int {
 	return s.maxInflight
 }
 
-// Sessions counts the SMTP connections the server accepted.
-func (s *Server) Sessions() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.sessions
-}
-
 type backend struct{ s *Server }
 
 func (b backend) NewSession(c *smtp.Conn) (smtp.Session, error) {
-	b.s.mu.Lock()
-	b.s.sessions++
-	b.s.mu.Unlock()
 	_, isTLS := c.TLSConnectionState()
 	return &session{s: b.s, tls: isTLS, conn: c}, nil
 }
@@ -305,19 +293,4 @@ func SelfSignedTLS() (server, client *tls.Config, err error) {
 		MinVersion: tls.VersionTLS12}
 	client = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	return server, client, nil
-}
-
-// ErrNotReceived is returned by WaitFor when the messages did not arrive in time.
-var ErrNotReceived = errors.New("emailtest: messages not received in time")
-
-// WaitFor waits until at least n distinct Message-IDs were accepted.
-func (s *Server) WaitFor(n int, within time.Duration) error {
-	deadline := time.Now().Add(within)
-	for len(s.Deduped()) < n {
-		if time.Now().After(deadline) {
-			return ErrNotReceived
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return nil
 }
