@@ -78,22 +78,6 @@ func TestCleanupIdempotencyKeys(t *testing.T) {
 	b.key(t, "fresh", time.Hour, true)
 	b.waitFor(t, "keys to expire", func() bool { return b.allExpired(t) })
 
-	// An outbox row whose delivery job the reaper discarded (every holder crashed).
-	tx, err := b.db.Pool.Begin(b.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	orphan, err := queue.InsertOutbox(b.ctx, tx, queue.OutboxParams{Topic: "email", DedupeKey: "hk-orphan", Payload: []byte(`{"to":"a@example.com"}`)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(b.ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.db.Pool.Exec(b.ctx, `UPDATE fenceq_jobs SET state = 'discarded', finished_at = now() WHERE id = $1`, orphan.DeliveryJobID); err != nil {
-		t.Fatal(err)
-	}
-
 	// Bounded: 2 batches of 3 delete 6 of the 7.
 	n, err := housekeeping.CleanupIdempotencyKeys(b.ctx, b.db.Pool, 3, 2)
 	if err != nil || n != 6 {
