@@ -224,9 +224,14 @@ func TestIdempotencyClaimRestoresLockTimeout(t *testing.T) {
 	if err != nil || !res.Owned {
 		t.Fatalf("claim: %+v %v", res, err)
 	}
-	var lt string
+	var lt, saved string
 	if err := tx.QueryRow(b.ctx, `SHOW lock_timeout`).Scan(&lt); err != nil || lt != "7s" {
 		t.Fatalf("lock_timeout after the claim: %q %v, want the caller's 7s", lt, err)
+	}
+	// The claim did change it (and saved the caller's value first): a claim that never
+	// set lock_timeout would pass the check above too.
+	if err := tx.QueryRow(b.ctx, `SELECT current_setting('fenceq.saved_lock_timeout', true)`).Scan(&saved); err != nil || saved != "7s" {
+		t.Fatalf("saved lock_timeout: %q %v, want 7s (the claim did not set its own wait)", saved, err)
 	}
 }
 
