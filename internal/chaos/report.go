@@ -201,6 +201,9 @@ func collect(ctx context.Context, in collectInput) (*Report, error) {
 		r.Jobs.ByKind[kind][state] = n
 	}
 	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("chaos: report: jobs: %w", err)
+	}
 	if err := db.QueryRow(ctx, sqlClaimCount).Scan(&r.Jobs.Claims); err != nil {
 		return nil, fmt.Errorf("chaos: report: claims: %w", err)
 	}
@@ -222,6 +225,9 @@ func collect(ctx context.Context, in collectInput) (*Report, error) {
 		r.LeaseEvents[k] = n
 	}
 	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("chaos: report: lease events: %w", err)
+	}
 	r.StaleWritesRejected = r.LeaseEvents[string(queue.EventStaleWriteRejected)]
 	r.ExpiredHolderAlive = r.LeaseEvents[string(queue.EventExpiredHolderAlive)]
 	r.Revocations = r.LeaseEvents[string(queue.EventRevoked)]
