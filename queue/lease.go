@@ -311,7 +311,7 @@ type TxFunc func(ctx context.Context, tx pgx.Tx) error
 // fn's error is returned; the job stays running under the lease. Keep slow calls out of
 // fn: the row lock is held until COMMIT.
 func FencedCommit(ctx context.Context, db Beginner, l Lease, fn TxFunc) error {
-	return WithLease(ctx, db, l, func(ctx context.Context, tx pgx.Tx) error {
+	return withLease(ctx, db, l, "fenced commit", func(ctx context.Context, tx pgx.Tx) error {
 		if fn != nil {
 			if err := fn(ctx, tx); err != nil {
 				return err
@@ -325,15 +325,21 @@ func FencedCommit(ctx context.Context, db Beginner, l Lease, fn TxFunc) error {
 // (LockLease) and commits only if fn succeeds. Use it for writes made under a lease
 // that do not finish the job; FencedCommit is WithLease plus completion.
 func WithLease(ctx context.Context, db Beginner, l Lease, fn TxFunc) error {
+	return withLease(ctx, db, l, "with lease", fn)
+}
+
+// withLease is WithLease with op naming the write in errors and in the
+// stale_write_rejected event.
+func withLease(ctx context.Context, db Beginner, l Lease, op string, fn TxFunc) error {
 	tx, err := db.Begin(ctx)
 	if err != nil {
-		return fmt.Errorf("fenced commit of job %d: begin: %w", l.JobID, err)
+		return fmt.Errorf("%s of job %d: begin: %w", op, l.JobID, err)
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
 	if err := LockLease(ctx, tx, l); err != nil {
 		if errors.Is(err, ErrLeaseLost) {
 			_ = tx.Rollback(ctx)
-			if rerr := RecordStaleWrite(ctx, db, l, "fenced commit"); rerr != nil {
+			if rerr := RecordStaleWrite(ctx, db, l, op); rerr != nil {
 				return errors.Join(err, rerr)
 			}
 		}
@@ -343,7 +349,7 @@ func WithLease(ctx context.Context, db Beginner, l Lease, fn TxFunc) error {
 		return err
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("fenced commit of job %d: commit: %w", l.JobID, err)
+		return fmt.Errorf("%s of job %d: commit: %w", op, l.JobID, err)
 	}
 	return nil
 }
