@@ -48,13 +48,13 @@ func TestWorkerClaimsBehindItsCursorUnderLoad(t *testing.T) {
 			t.Fatalf("only %d backlog jobs ran", got)
 		}
 	}
-	urgent, err := fenceq.Enqueue(b.ctx, b.db.Pool, backlogArgs{N: 0}, nil)
+	// Priority 0 sorts before every backlog job, i.e. behind the worker's cursor.
+	urgent, err := fenceq.Enqueue(b.ctx, b.db.Pool, backlogArgs{N: 0}, &fenceq.InsertOpts{PriorityZero: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Priority 0 sorts before every backlog job, i.e. behind the worker's cursor.
-	if _, err := b.db.Pool.Exec(b.ctx, `UPDATE fenceq_jobs SET priority = 0 WHERE id = $1`, urgent.Job.ID); err != nil {
-		t.Fatal(err)
+	if urgent.Job.Priority != 0 {
+		t.Fatalf("urgent job enqueued at priority %d, want 0", urgent.Job.Priority)
 	}
 	done := b.waitState(t, urgent.Job.ID, queue.StateCompleted, 10*time.Second)
 	var left int

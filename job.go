@@ -78,8 +78,12 @@ func (j *Job[T]) WithLease(ctx context.Context, fn func(ctx context.Context, tx 
 type InsertOpts struct {
 	// Queue defaults to "default".
 	Queue string
-	// Priority: lower runs first, 0–100. Defaults to 1.
+	// Priority: lower runs first, 0–100. Defaults to 1; a zero value means the default,
+	// so set PriorityZero for priority 0.
 	Priority int
+	// PriorityZero asks for priority 0 (the most urgent), which Priority's zero value
+	// cannot express.
+	PriorityZero bool
 	// RunAt schedules the job at an absolute time.
 	RunAt time.Time
 	// RunIn schedules the job this long after the database's now().
