@@ -60,11 +60,11 @@ ON CONFLICT (name) DO UPDATE SET paused = EXCLUDED.paused, paused_at = EXCLUDED.
     updated_at = now()`
 
 const sqlListQueues = `
-WITH names AS (
+WITH counts AS MATERIALIZED (
+    SELECT queue, state, count(*) AS n FROM fenceq_jobs GROUP BY queue, state),
+names AS (
     SELECT name FROM fenceq_queues
-    UNION SELECT DISTINCT queue FROM fenceq_jobs),
-counts AS (
-    SELECT queue, state, count(*) AS n FROM fenceq_jobs GROUP BY queue, state)
+    UNION SELECT queue FROM counts)
 SELECT n.name, COALESCE(q.paused, false),
        COALESCE(jsonb_object_agg(c.state, c.n) FILTER (WHERE c.state IS NOT NULL), '{}')
 FROM names n
