@@ -41,7 +41,11 @@ func Register(hs *fenceq.Handlers, svc *Service) error {
 	return fenceq.AddHandlerSafely(hs, func(ctx context.Context, job *fenceq.Job[PlaceArgs]) error {
 		lease := job.Lease()
 		var res *Result
-		err := job.Commit(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		// Detached from the job's context, as the invoice handler and Place do: whether
+		// a holder may still write is the database's fence to decide, not a local timer.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), svc.cfg.WriteTimeout)
+		defer cancel()
+		err := job.Commit(cctx, func(ctx context.Context, tx pgx.Tx) error {
 			var err error
 			res, err = svc.PlaceTx(ctx, tx, job.Args.IdempotencyKey, job.Args.Request, &lease)
 			return err
