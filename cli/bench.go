@@ -17,12 +17,9 @@ import (
 // side with River (--vs river) and, for drain, with the bare-SQL ceiling.
 func benchCommand() *ucli.Command {
 	return &ucli.Command{
-		Name: "bench",
-		// A leaf command: no `help` subcommand (urfave/cli shares that one command value
-		// between apps, and setting it up is a data race between in-process runs).
-		HideHelpCommand: true,
-		Usage:           "measure throughput and latency, optionally side by side with River",
-		ArgsUsage:       "WORKLOAD",
+		Name:      "bench",
+		Usage:     "measure throughput and latency, optionally side by side with River",
+		ArgsUsage: "WORKLOAD",
 		Description: "WORKLOAD is one of:\n" +
 			"  insert   COPY batches of 5,000 (--jobs) and single-row inserts (--jobs/10), jobs/s\n" +
 			"  drain    work down --jobs pre-inserted no-op jobs, jobs/s (with the bare-SQL ceiling)\n" +

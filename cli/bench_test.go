@@ -8,39 +8,19 @@ import (
 	"testing"
 	"time"
 
-	ucli "github.com/urfave/cli/v2"
-
 	"github.com/fenceq/fenceq/internal/bench"
 	"github.com/fenceq/fenceq/internal/dbtest"
 )
 
-// runBench runs `fenceq bench …` in-process, adding the bench command to the app if
-// it is not wired in yet.
-//
-// The bench tests do not run in parallel: urfave/cli v2 sets up its shared help flag on
-// every run, a data race between concurrent in-process runs (the race detector says so),
-// and Go runs non-parallel tests before any parallel one.
+// runBench runs `fenceq bench …` in-process through Run, as main does (so the exit
+// codes are Run's). The bench tests do not run in parallel: each one loads the machine
+// with real benchmark runs.
 func runBench(t *testing.T, args ...string) (string, string, int) {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	app := NewApp(&out, &errOut)
-	if app.Command("bench") == nil {
-		cmd := benchCommand()
-		addCommonFlags([]*ucli.Command{cmd})
-		setUsageErrors(cmd)
-		app.Commands = append(app.Commands, cmd)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	full := append([]string{"fenceq", "bench"}, args...)
-	code := ExitOK
-	if err := app.RunContext(ctx, reorderArgs(app, full)); err != nil {
-		code = ExitError
-		if _, ok := err.(usageError); ok {
-			code = ExitUsage
-		}
-		errOut.WriteString(err.Error())
-	}
+	code := Run(ctx, append([]string{"fenceq", "bench"}, args...), &out, &errOut)
 	return out.String(), errOut.String(), code
 }
 

@@ -3,36 +3,15 @@ package cli
 import (
 	"bytes"
 	"context"
-	"errors"
 	"strings"
 	"testing"
 )
 
-// runChaosCLI runs `fenceq chaos args…` in-process on an app that has the chaos command
-// (wired or not into the command list).
+// runChaosCLI runs `fenceq chaos args…` in-process, as main does.
 func runChaosCLI(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
-	app := NewApp(&stdout, &stderr)
-	found := false
-	for _, c := range app.Commands {
-		found = found || c.Name == "chaos"
-	}
-	if !found {
-		cmd := chaosCommand()
-		setUsageErrors(cmd)
-		app.Commands = append(app.Commands, cmd)
-	}
-	err := app.RunContext(context.Background(), reorderArgs(app, append([]string{"fenceq", "chaos"}, args...)))
-	code := ExitOK
-	if err != nil {
-		var usage usageError
-		code = ExitError
-		if errors.As(err, &usage) {
-			code = ExitUsage
-		}
-		stderr.WriteString(err.Error())
-	}
+	code := Run(context.Background(), append([]string{"fenceq", "chaos"}, args...), &stdout, &stderr)
 	return code, stdout.String(), stderr.String()
 }
 
