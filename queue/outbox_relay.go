@@ -37,21 +37,23 @@ func (s OutboxState) Valid() bool {
 // OutboxRow is one row of fenceq_outbox. LeaseGen and LeasedBy name the lease of the
 // delivery job that last worked the row (the one that delivered it, once delivered).
 type OutboxRow struct {
-	ID             int64           `json:"id"`
-	Topic          string          `json:"topic"`
-	DedupeKey      string          `json:"dedupe_key"`
-	Payload        json.RawMessage `json:"payload"`
-	State          OutboxState     `json:"state"`
-	Attempt        int             `json:"attempt"`
-	LeaseGen       int64           `json:"lease_gen"`
-	LeasedBy       *string         `json:"leased_by"`
-	LeaseExpiresAt *time.Time      `json:"lease_expires_at"`
-	AvailableAt    time.Time       `json:"available_at"`
-	DeliveredAt    *time.Time      `json:"delivered_at"`
-	LastError      *string         `json:"last_error"`
-	JobID          *int64          `json:"job_id"`
-	DeliveryJobID  *int64          `json:"delivery_job_id"`
-	CreatedAt      time.Time       `json:"created_at"`
+	ID        int64           `json:"id"`
+	Topic     string          `json:"topic"`
+	DedupeKey string          `json:"dedupe_key"`
+	Payload   json.RawMessage `json:"payload"`
+	State     OutboxState     `json:"state"`
+	Attempt   int             `json:"attempt"`
+	LeaseGen  int64           `json:"lease_gen"`
+	LeasedBy  *string         `json:"leased_by"`
+	// LeaseExpiresAt is when the lease delivering the row expires, while that delivery
+	// job still runs under it; nil otherwise.
+	LeaseExpiresAt *time.Time `json:"lease_expires_at"`
+	AvailableAt    time.Time  `json:"available_at"`
+	DeliveredAt    *time.Time `json:"delivered_at"`
+	LastError      *string    `json:"last_error"`
+	JobID          *int64     `json:"job_id"`
+	DeliveryJobID  *int64     `json:"delivery_job_id"`
+	CreatedAt      time.Time  `json:"created_at"`
 	// DeliveryJobState is the current state of the delivery job, "" when that job no
 	// longer exists (pruned).
 	DeliveryJobState State `json:"delivery_job_state"`

@@ -223,3 +223,33 @@ func TestOutboxOrphanFailRetryAndStats(t *testing.T) {
 		t.Fatalf("retry once the job ended: %+v %v; want pending with a new delivery job", r, err)
 	}
 }
+
+// The outbox row reports the lease expiry of the delivery job that is delivering it,
+// renewed by heartbeats like the job's own; once the job no longer runs, none.
+func TestOutboxRowReportsTheLiveLeaseExpiry(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	res := b.insertOutbox(t, "live-lease", 3)
+	job := b.claimOutbox(t, "R", 2*time.Second)
+	if _, err := queue.BeginOutboxAttempt(b.ctx, b.db.Pool, res.ID, job.Lease()); err != nil {
+		t.Fatal(err)
+	}
+	first := b.outbox(t, res.ID).LeaseExpiresAt
+	if first == nil {
+		t.Fatal("no lease expiry on a row being delivered")
+	}
+	hb, err := queue.Heartbeat(b.ctx, b.db.Pool, "R", []queue.Lease{job.Lease()}, time.Hour)
+	if err != nil || len(hb.Renewed) != 1 {
+		t.Fatalf("heartbeat: %+v %v", hb, err)
+	}
+	renewed := b.outbox(t, res.ID).LeaseExpiresAt
+	if renewed == nil || !renewed.After(first.Add(30*time.Minute)) {
+		t.Fatalf("lease expiry after a one-hour renewal: %v (was %v)", renewed, first)
+	}
+	if err := queue.Complete(b.ctx, b.db.Pool, job.Lease()); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.outbox(t, res.ID).LeaseExpiresAt; got != nil {
+		t.Fatalf("lease expiry %v after the delivery job ended, want none", got)
+	}
+}

@@ -9,8 +9,13 @@ package queue
 // outbox row is updated only if that lock was taken and the row names that job as its
 // delivery job. $1 outbox id, $2 delivery job id, $3 lease generation, $4 worker.
 
+// The lease expiry reported is the delivery job's own while it still runs under the
+// lease that is delivering the row: the copy in fenceq_outbox is taken when an attempt
+// begins and is not renewed by heartbeats, so a live delivery looked expired.
 const outboxColumns = `o.id, o.topic, o.dedupe_key, o.payload, o.state, o.attempt, o.lease_gen,
-	o.leased_by, o.lease_expires_at, o.available_at, o.delivered_at, o.last_error, o.job_id,
+	o.leased_by,
+	CASE WHEN dj.state = 'running' AND dj.lease_gen = o.lease_gen THEN dj.lease_expires_at END,
+	o.available_at, o.delivered_at, o.last_error, o.job_id,
 	o.delivery_job_id, o.created_at, COALESCE(dj.state, '')`
 
 const outboxFrom = `fenceq_outbox o LEFT JOIN fenceq_jobs dj ON dj.id = o.delivery_job_id`
