@@ -107,7 +107,7 @@ func stats(c *ucli.Context) error {
 		fmt.Fprintln(w)
 		s := rep.Snapshot
 		kv := [][2]string{{"live workers", strconv.Itoa(rep.Workers)}}
-		kv = append(kv, [2]string{"outbox pending", fmt.Sprintf("%d (oldest created %s ago)", s.OutboxPending, fmtAge(s.OutboxOldestPendingAge))},
+		kv = append(kv, [2]string{"outbox pending", fmt.Sprintf("%d (oldest pending for %s)", s.OutboxPending, fmtAge(s.OutboxOldestPendingAge))},
 			[2]string{"outbox failed", strconv.FormatInt(rep.Outbox.Failed, 10)},
 			[2]string{"outbox orphaned", strconv.FormatInt(rep.Outbox.Orphaned, 10)})
 		kv = append(kv, [2]string{"oldest open transaction", fmtAge(s.OldestTransactionAge)},

@@ -106,7 +106,7 @@ func TestHealth(t *testing.T) {
 	})
 
 	t.Run("OutboxAge", func(t *testing.T) {
-		if _, err := b.db.Pool.Exec(b.ctx, `INSERT INTO fenceq_outbox (topic, dedupe_key, created_at)
+		if _, err := b.db.Pool.Exec(b.ctx, `INSERT INTO fenceq_outbox (topic, dedupe_key, available_at)
 			VALUES ('email', 'old:1', now() - interval '10 minutes')`); err != nil {
 			t.Fatal(err)
 		}

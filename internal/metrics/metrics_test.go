@@ -124,7 +124,7 @@ func TestDBCollector(t *testing.T) {
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.Pool.Exec(ctx, `UPDATE fenceq_outbox SET created_at = now() - interval '60 seconds'`); err != nil {
+	if _, err := db.Pool.Exec(ctx, `UPDATE fenceq_outbox SET available_at = now() - interval '60 seconds'`); err != nil {
 		t.Fatal(err)
 	}
 	// A transaction left open on another connection, idle, for at least 1s.

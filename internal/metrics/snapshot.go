@@ -24,7 +24,8 @@ type Snapshot struct {
 	OutboxPresent bool `json:"outbox_present"`
 	// OutboxPending counts pending outbox rows.
 	OutboxPending int64 `json:"outbox_pending"`
-	// OutboxOldestPendingAge is the age of the oldest pending outbox row, 0 when none.
+	// OutboxOldestPendingAge is how long the oldest pending outbox row has been pending
+	// (since its available_at), 0 when none.
 	OutboxOldestPendingAge time.Duration `json:"outbox_oldest_pending_age"`
 	// OldestTransactionAge is the age of the oldest open client transaction in the
 	// database, 0 when none.

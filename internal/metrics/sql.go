@@ -18,10 +18,11 @@ GROUP BY queue, state`
 
 const sqlQueueNames = `SELECT name FROM fenceq_queues`
 
-// sqlOutboxPending counts pending outbox rows and the age of the oldest, by the
-// database's clock.
+// sqlOutboxPending counts pending outbox rows and how long the oldest has been pending
+// (since available_at: a row retried by an operator counts from its retry, as in
+// queue.OutboxStats), by the database's clock.
 const sqlOutboxPending = `
-SELECT count(*), COALESCE(extract(epoch FROM now() - min(created_at)), 0)::float8
+SELECT count(*), COALESCE(extract(epoch FROM now() - min(available_at)), 0)::float8
 FROM fenceq_outbox WHERE state = 'pending'`
 
 // sqlOldestTransaction is the age of the oldest open transaction of a client in the
