@@ -83,6 +83,9 @@ type Config struct {
 	Observer Observer
 }
 
+// WithDefaults returns c with every zero field set to its default, as NewWorker uses it.
+func (c Config) WithDefaults() Config { return c.withDefaults() }
+
 func (c Config) withDefaults() Config {
 	if len(c.Queues) == 0 {
 		c.Queues = map[string]QueueConfig{queue.DefaultQueue: {}}

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fenceq/fenceq"
 	"github.com/fenceq/fenceq/migrations"
@@ -53,20 +52,7 @@ func (s *fenceqSystem) describe() string {
 
 // effectiveConfig is the worker config with the engine's defaults applied.
 func (s *fenceqSystem) effectiveConfig() fenceq.Config {
-	hs := fenceq.NewHandlers()
-	fenceq.AddHandler(hs, func(context.Context, *fenceq.Job[noopArgs]) error { return nil })
-	// NewWorker applies the defaults; the pool is never connected (pgxpool connects
-	// lazily) and only satisfies its nil check.
-	pool, err := pgxpool.New(context.Background(), s.cfg.DatabaseURL)
-	if err != nil {
-		return s.workerConfig(hs, nil)
-	}
-	defer pool.Close()
-	w, err := fenceq.NewWorker(pool, s.workerConfig(hs, nil))
-	if err != nil {
-		return s.workerConfig(hs, nil)
-	}
-	return w.Config()
+	return s.workerConfig(nil, nil).WithDefaults()
 }
 
 func (s *fenceqSystem) setup(ctx context.Context, e *env) error {
