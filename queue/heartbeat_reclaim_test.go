@@ -9,15 +9,10 @@ import (
 	"github.com/fenceq/fenceq/queue"
 )
 
-// TestHeartbeatOldAndNewLeaseOfOneJob: a worker whose lease was revoked (operator
-// requeue, or expiry during a pause) can claim the same job again while the old
-// attempt still runs. One heartbeat then carries both leases; the old one must come
-// back lost (so its attempt is cancelled), the new one renewed.
-func TestHeartbeatOldAndNewLeaseOfOneJob(t *testing.T) {
-	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	db := dbtest.New(t)
+// oldAndNewLease claims a job, revokes that lease (an operator's requeue) and claims
+// the job again, as one worker can while its old attempt still runs.
+func oldAndNewLease(ctx context.Context, t *testing.T, db *dbtest.DB) (old, cur queue.Lease) {
+	t.Helper()
 	if _, err := queue.Insert(ctx, db.Pool, queue.InsertParams{Kind: "k"}); err != nil {
 		t.Fatal(err)
 	}
@@ -29,11 +24,23 @@ func TestHeartbeatOldAndNewLeaseOfOneJob(t *testing.T) {
 		}
 		return rows[0].Lease()
 	}
-	old := claim()
+	old = claim()
 	if _, err := queue.RequeueJob(ctx, db.Pool, old.JobID); err != nil {
 		t.Fatal(err)
 	}
-	cur := claim()
+	return old, claim()
+}
+
+// TestHeartbeatOldAndNewLeaseOfOneJob: a worker whose lease was revoked (operator
+// requeue, or expiry during a pause) can claim the same job again while the old
+// attempt still runs. One heartbeat then carries both leases; the old one must come
+// back lost (so its attempt is cancelled), the new one renewed.
+func TestHeartbeatOldAndNewLeaseOfOneJob(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	db := dbtest.New(t)
+	old, cur := oldAndNewLease(ctx, t, db)
 	if cur.Gen <= old.Gen {
 		t.Fatalf("new generation %d not above old %d", cur.Gen, old.Gen)
 	}
@@ -97,22 +104,7 @@ func TestCompleteManyOldAndNewLeaseOfOneJob(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	db := dbtest.New(t)
-	if _, err := queue.Insert(ctx, db.Pool, queue.InsertParams{Kind: "k"}); err != nil {
-		t.Fatal(err)
-	}
-	claim := func() queue.Lease {
-		t.Helper()
-		rows, err := queue.Claim(ctx, db.Pool, queue.ClaimParams{Queue: "default", WorkerID: "w", Limit: 1, Lease: time.Minute})
-		if err != nil || len(rows) != 1 {
-			t.Fatalf("claim: %v %v", rows, err)
-		}
-		return rows[0].Lease()
-	}
-	old := claim()
-	if _, err := queue.RequeueJob(ctx, db.Pool, old.JobID); err != nil {
-		t.Fatal(err)
-	}
-	cur := claim()
+	old, cur := oldAndNewLease(ctx, t, db)
 	lost, err := queue.CompleteMany(ctx, db.Pool, "w", []queue.Lease{old, cur})
 	if err != nil {
 		t.Fatal(err)
