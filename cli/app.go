@@ -214,6 +214,7 @@ func reorderArgs(app *ucli.App, args []string) []string {
 		return append(out, args[i:]...)
 	}
 	var flags, positional []string
+	help := false
 	for ; i < len(args); i++ {
 		a := args[i]
 		if a == "--" {
@@ -225,6 +226,7 @@ func reorderArgs(app *ucli.App, args []string) []string {
 			continue
 		}
 		flags = append(flags, a)
+		help = help || a == "--help" || a == "-h"
 		if strings.Contains(a, "=") {
 			continue
 		}
@@ -234,6 +236,11 @@ func reorderArgs(app *ucli.App, args []string) []string {
 		}
 	}
 	out = append(out, flags...)
+	// With --help, urfave/cli reads the first positional argument as a help topic
+	// ("No help topic for 'drain'"): help is about the command, so they are dropped.
+	if help {
+		return out
+	}
 	if len(positional) > 0 {
 		out = append(out, "--")
 		out = append(out, positional...)

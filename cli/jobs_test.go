@@ -216,6 +216,14 @@ func TestUsageAndConnectionErrors(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stdout, "DATABASE_URL") || !strings.Contains(r.stdout, "demo") {
 		t.Errorf("--help: exit %d\n%s", r.code, r.stdout)
 	}
+	// --help after a positional argument shows the command's help (urfave/cli would take
+	// the argument for a help topic: "No help topic for '5'").
+	for _, args := range [][]string{{"jobs", "show", "5", "--help"}, {"bench", "drain", "-h"}} {
+		r := runCLI(ctx, args...)
+		if r.code != 0 || !strings.Contains(r.stdout, "fenceq "+args[0]+" "+args[1]) {
+			t.Errorf("%v: exit %d\nstdout %s\nstderr %s", args, r.code, r.stdout, r.stderr)
+		}
+	}
 	r = runCLI(ctx, "jobs", "list", "--help")
 	if r.code != 0 || !strings.Contains(r.stdout, "127.0.0.1:5432") {
 		t.Errorf("jobs list --help does not name the default database:\n%s", r.stdout)
