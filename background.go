@@ -184,16 +184,16 @@ func (w *Worker) runMaintenance(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-reap.C:
-			w.ReapOnce(ctx)
+			w.reapOnce(ctx)
 		case <-prune.C:
-			w.PruneOnce(ctx)
+			w.pruneOnce(ctx)
 		}
 	}
 }
 
-// ReapOnce revokes expired leases and promotes due jobs now. The worker does this every
-// ReaperInterval; tests and tools may call it directly.
-func (w *Worker) ReapOnce(ctx context.Context) {
+// reapOnce revokes expired leases and promotes due jobs now. The worker does this every
+// ReaperInterval.
+func (w *Worker) reapOnce(ctx context.Context) {
 	for ctx.Err() == nil {
 		rctx, cancel := context.WithTimeout(ctx, w.cfg.WriteTimeout)
 		revs, err := queue.Reap(rctx, w.pool, queue.ReapParams{Limit: w.cfg.ReapBatchSize, HolderFresh: w.cfg.HolderFreshness})
@@ -230,8 +230,8 @@ func (w *Worker) ReapOnce(ctx context.Context) {
 	}
 }
 
-// PruneOnce runs retention now: finished jobs, old lease events and stale worker rows.
-func (w *Worker) PruneOnce(ctx context.Context) {
+// pruneOnce runs retention now: finished jobs, old lease events and stale worker rows.
+func (w *Worker) pruneOnce(ctx context.Context) {
 	if w.cfg.RetentionPeriod > 0 {
 		for ctx.Err() == nil {
 			pctx, cancel := context.WithTimeout(ctx, w.cfg.WriteTimeout)

@@ -28,7 +28,7 @@ func TestWorkerClaimsBehindItsCursorUnderLoad(t *testing.T) {
 		seen <- job.Args.N
 		time.Sleep(5 * time.Millisecond)
 		return nil
-	})
+	}, nil)
 	items := make([]fenceq.EnqueueItem, backlog)
 	for i := range items {
 		items[i] = fenceq.EnqueueItem{Args: backlogArgs{N: i + 1}}
@@ -49,7 +49,7 @@ func TestWorkerClaimsBehindItsCursorUnderLoad(t *testing.T) {
 		}
 	}
 	// Priority 0 sorts before every backlog job, i.e. behind the worker's cursor.
-	urgent, err := fenceq.Enqueue(b.ctx, b.db.Pool, backlogArgs{N: 0}, &fenceq.InsertOpts{PriorityZero: true})
+	urgent, err := fenceq.Enqueue(b.ctx, b.db.Pool, backlogArgs{N: 0}, &fenceq.InsertOpts{Priority: new(0)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -66,9 +66,8 @@ type Config struct {
 	// StaleWorkerAge: worker rows not heartbeated for this long and holding no job are
 	// removed. Defaults to 10×LeaseDuration.
 	StaleWorkerAge time.Duration
-	// Backoff is the retry policy. Defaults to queue.DefaultBackoff (1s doubling,
-	// capped at 1h, 20% jitter).
-	Backoff queue.Backoff
+	// Backoff is the retry policy. Defaults to 1s doubling, capped at 1h, 20% jitter.
+	Backoff Backoff
 	// ShutdownGrace bounds how long Stop waits for cancelled handlers to return once its
 	// context is done. Defaults to 5s.
 	ShutdownGrace time.Duration
@@ -82,9 +81,6 @@ type Config struct {
 	// Observer receives counters for metrics. Defaults to a no-op.
 	Observer Observer
 }
-
-// WithDefaults returns c with every zero field set to its default, as NewWorker uses it.
-func (c Config) WithDefaults() Config { return c.withDefaults() }
 
 func (c Config) withDefaults() Config {
 	if len(c.Queues) == 0 {
@@ -131,7 +127,7 @@ func (c Config) withDefaults() Config {
 	defInt(&c.ReapBatchSize, 1000)
 	defInt(&c.PruneBatchSize, 1000)
 	if c.Backoff == (queue.Backoff{}) {
-		c.Backoff = queue.DefaultBackoff
+		c.Backoff = queue.DefaultBackoff()
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -206,7 +202,7 @@ const (
 type Observer interface {
 	JobClaimed(queue, kind string)
 	JobFinished(queue, kind string, outcome Outcome, d time.Duration)
-	LeaseRevoked(r queue.Revocation)
+	LeaseRevoked(r Revocation)
 	LeaseLost(l Lease, holderAlive bool)
 	StaleWriteRejected(op string, l Lease)
 	HeartbeatFailed(err error)
@@ -222,7 +218,7 @@ func (NopObserver) JobClaimed(string, string) {}
 func (NopObserver) JobFinished(string, string, Outcome, time.Duration) {}
 
 // LeaseRevoked implements Observer.
-func (NopObserver) LeaseRevoked(queue.Revocation) {}
+func (NopObserver) LeaseRevoked(Revocation) {}
 
 // LeaseLost implements Observer.
 func (NopObserver) LeaseLost(Lease, bool) {}

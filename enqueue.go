@@ -17,8 +17,8 @@ func insertParams(args JobArgs, opts *InsertOpts) (queue.InsertParams, error) {
 		if opts.Queue != "" {
 			o.Queue = opts.Queue
 		}
-		if opts.Priority != 0 || opts.PriorityZero {
-			o.Priority, o.PriorityZero = opts.Priority, opts.PriorityZero
+		if opts.Priority != nil {
+			o.Priority = opts.Priority
 		}
 		if !opts.RunAt.IsZero() {
 			o.RunAt = opts.RunAt
@@ -37,7 +37,7 @@ func insertParams(args JobArgs, opts *InsertOpts) (queue.InsertParams, error) {
 	if err != nil {
 		return queue.InsertParams{}, fmt.Errorf("encode %s args: %w", args.Kind(), err)
 	}
-	return queue.InsertParams{Queue: o.Queue, Kind: args.Kind(), Args: raw, Priority: o.Priority, PriorityZero: o.PriorityZero,
+	return queue.InsertParams{Queue: o.Queue, Kind: args.Kind(), Args: raw, Priority: o.Priority,
 		RunAt: o.RunAt, RunIn: o.RunIn, MaxAttempts: o.MaxAttempts, UniqueKey: o.UniqueKey}, nil
 }
 

@@ -49,7 +49,7 @@ func Example() {
 			_, err := tx.Exec(ctx, `INSERT INTO greetings (job_id, text) VALUES ($1, $2)`, job.ID, text)
 			return err
 		})
-	})
+	}, nil)
 
 	w, err := fenceq.NewWorker(pool, fenceq.Config{Handlers: hs, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {

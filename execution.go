@@ -68,7 +68,7 @@ func (e *execution) commit(ctx context.Context, fn func(ctx context.Context, tx 
 		return fmt.Errorf("commit job %d: lease released on shutdown: %w", e.lease.JobID, ErrLeaseLost)
 	}
 	var fnErr error
-	err := queue.FencedCommit(ctx, w.pool, e.lease, func(ctx context.Context, tx pgx.Tx) error {
+	err := queue.WithLease(ctx, w.pool, e.lease, queue.LeaseTx{Complete: true}, func(ctx context.Context, tx pgx.Tx) error {
 		fnErr = fn(ctx, tx)
 		return fnErr
 	})
@@ -98,7 +98,7 @@ func (e *execution) commit(ctx context.Context, fn func(ctx context.Context, tx 
 
 func (w *Worker) startExecution(row *JobRow, sent time.Time) {
 	h := w.cfg.Handlers.m[row.Kind]
-	e := &execution{w: w, row: row, lease: row.Lease(), handler: h, start: time.Now()}
+	e := &execution{w: w, row: row, lease: queue.LeaseOf(row), handler: h, start: time.Now()}
 	// Not a child of a worker-wide context: registering every job with one parent took
 	// a lock and a map entry per job; Stop cancels the jobs it has to one by one.
 	e.ctx, e.cancel = context.WithCancelCause(context.Background())

@@ -25,7 +25,7 @@ type HandlerOpts struct {
 	// the handler runs).
 	Timeout time.Duration
 	// Backoff overrides the worker's retry policy for this kind.
-	Backoff *queue.Backoff
+	Backoff *Backoff
 }
 
 // Handlers maps job kinds to handlers. Build one with NewHandlers and AddHandler, then
@@ -42,16 +42,17 @@ type handlerEntry struct {
 // NewHandlers returns an empty registry.
 func NewHandlers() *Handlers { return &Handlers{m: map[string]*handlerEntry{}} }
 
-// AddHandler registers fn for the kind named by T's Kind method. It panics if the kind is
-// invalid or already registered: both are programming errors found at startup.
-func AddHandler[T JobArgs](hs *Handlers, fn HandlerFunc[T], opts ...HandlerOpts) {
-	if err := AddHandlerSafely(hs, fn, opts...); err != nil {
+// AddHandler registers fn for the kind named by T's Kind method, with opts (nil for
+// none). It panics if the kind is invalid or already registered: both are programming
+// errors found at startup.
+func AddHandler[T JobArgs](hs *Handlers, fn HandlerFunc[T], opts *HandlerOpts) {
+	if err := AddHandlerSafely(hs, fn, opts); err != nil {
 		panic(err)
 	}
 }
 
 // AddHandlerSafely is AddHandler returning an error instead of panicking.
-func AddHandlerSafely[T JobArgs](hs *Handlers, fn HandlerFunc[T], opts ...HandlerOpts) error {
+func AddHandlerSafely[T JobArgs](hs *Handlers, fn HandlerFunc[T], opts *HandlerOpts) error {
 	var zero T
 	kind := zero.Kind()
 	if err := queue.ValidateKind(kind); err != nil {
@@ -61,12 +62,12 @@ func AddHandlerSafely[T JobArgs](hs *Handlers, fn HandlerFunc[T], opts ...Handle
 		return fmt.Errorf("add handler: kind %q is already registered", kind)
 	}
 	var o HandlerOpts
-	if len(opts) > 0 {
-		o = opts[0]
+	if opts != nil {
+		o = *opts
 	}
 	hs.m[kind] = &handlerEntry{opts: o, run: func(ctx context.Context, row *JobRow, e *execution) error {
 		job := &Job[T]{JobRow: row, exec: e}
-		if err := json.Unmarshal(row.Args, &job.Args); err != nil {
+		if err := json.Unmarshal(row.EncodedArgs, &job.Args); err != nil {
 			// Args that do not decode will never decode: retrying cannot help.
 			return JobDiscard(fmt.Errorf("decode %s args: %w", kind, err))
 		}

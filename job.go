@@ -24,6 +24,25 @@ type (
 	DBTX = queue.DBTX
 	// Beginner is a DBTX that can open a transaction.
 	Beginner = queue.Beginner
+	// Backoff is an exponential retry policy with jitter.
+	Backoff = queue.Backoff
+	// Revocation is one lease the reaper revoked.
+	Revocation = queue.Revocation
+	// AttemptError is one failed attempt, as recorded on the job.
+	AttemptError = queue.AttemptError
+	// ValidationError names the input that was wrong; it matches ErrInvalid.
+	ValidationError = queue.ValidationError
+)
+
+// Job states.
+const (
+	StateAvailable = queue.StateAvailable
+	StateScheduled = queue.StateScheduled
+	StateRunning   = queue.StateRunning
+	StateRetryable = queue.StateRetryable
+	StateCompleted = queue.StateCompleted
+	StateDiscarded = queue.StateDiscarded
+	StateCancelled = queue.StateCancelled
 )
 
 // JobArgs are the arguments of one kind of job. They are stored as JSON; Kind names the
@@ -41,13 +60,15 @@ type JobArgsWithInsertOpts interface {
 // Job is a job being worked: its row, its decoded args and its lease.
 type Job[T JobArgs] struct {
 	*JobRow
-	// Args are the job's decoded arguments.
+	// Args are the job's decoded arguments (JobRow.EncodedArgs holds them as stored).
 	Args T
 
 	exec *execution
 }
 
-// Lease returns the lease this attempt runs under.
+// Lease returns the lease this attempt runs under: the job's id, the generation its
+// claim produced and this worker's id. Every write made under it is checked against the
+// generation by the database.
 func (j *Job[T]) Lease() Lease { return j.exec.lease }
 
 // Commit runs fn in one short transaction fenced by the job's lease and completes the
@@ -64,9 +85,10 @@ func (j *Job[T]) Commit(ctx context.Context, fn func(ctx context.Context, tx pgx
 }
 
 // WithLease runs fn in a transaction fenced by the job's lease without completing the
-// job: for progress or partial results that must not be written by a stale holder.
+// job: for progress or partial results that must not be written by a stale holder. If
+// the lease was revoked, nothing is written and the error matches ErrLeaseLost.
 func (j *Job[T]) WithLease(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) error {
-	err := queue.WithLease(ctx, j.exec.w.pool, j.exec.lease, fn)
+	err := queue.WithLease(ctx, j.exec.w.pool, j.exec.lease, queue.LeaseTx{}, fn)
 	if errors.Is(err, ErrLeaseLost) {
 		j.exec.w.obs.StaleWriteRejected("with lease", j.exec.lease)
 	}
@@ -78,12 +100,9 @@ func (j *Job[T]) WithLease(ctx context.Context, fn func(ctx context.Context, tx 
 type InsertOpts struct {
 	// Queue defaults to "default".
 	Queue string
-	// Priority: lower runs first, 0–100. Defaults to 1; a zero value means the default,
-	// so set PriorityZero for priority 0.
-	Priority int
-	// PriorityZero asks for priority 0 (the most urgent), which Priority's zero value
-	// cannot express.
-	PriorityZero bool
+	// Priority: lower runs first, 0–100. Nil takes the kind's default, else 1. Write
+	// new(0) for the most urgent.
+	Priority *int
 	// RunAt schedules the job at an absolute time.
 	RunAt time.Time
 	// RunIn schedules the job this long after the database's now().

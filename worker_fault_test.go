@@ -101,7 +101,7 @@ func TestPausedHolderCannotWriteAfterRevocation(t *testing.T) {
 			return err
 		}
 		return writeResult(ctx, job)
-	})
+	}, nil)
 	lease := time.Second
 	cfgA := b.fastConfig(lease)
 	cfgA.ID = "worker-A"
@@ -211,7 +211,7 @@ func TestHeartbeatLossCancelsContextBeforeLeaseExpires(t *testing.T) {
 			job.ID, job.Lease().Gen).Scan(&valid)
 		got <- cancelled{cause: context.Cause(ctx), leaseStillValid: valid, err: err}
 		return ctx.Err()
-	})
+	}, nil)
 	cfg := b.fastConfig(3 * time.Second)
 	cfg.HeartbeatInterval = 300 * time.Millisecond
 	cfg.LeaseMargin = 500 * time.Millisecond
@@ -264,7 +264,7 @@ func TestHeartbeatReportingLostLeaseCancelsContext(t *testing.T) {
 		<-ctx.Done()
 		causes <- context.Cause(ctx)
 		return ctx.Err()
-	})
+	}, nil)
 	cfg := b.fastConfig(time.Minute)
 	cfg.HeartbeatInterval = 100 * time.Millisecond
 	b.startWorker(t, cfg)
@@ -303,7 +303,7 @@ func TestLongJobThatHeartbeatsIsNeverReaped(t *testing.T) {
 			return context.Cause(ctx)
 		}
 		return writeResult(ctx, job)
-	})
+	}, nil)
 	cfg := b.fastConfig(time.Second)
 	cfg.ReaperInterval = 100 * time.Millisecond
 	b.startWorker(t, cfg)
@@ -347,7 +347,7 @@ func TestShutdownReleasesLeasesOfUnfinishedJobs(t *testing.T) {
 		err := writeResult(context.Background(), job)
 		commitErr <- err
 		return err
-	})
+	}, nil)
 	w, err := fenceq.NewWorker(b.db.Pool, b.fastConfig(30*time.Second))
 	if err != nil {
 		t.Fatal(err)

@@ -57,7 +57,7 @@ func TestHandlerOutcomes(t *testing.T) {
 			return ctx.Err()
 		}
 		return errors.New("unknown mode")
-	}, fenceq.HandlerOpts{Timeout: 2 * time.Second, Backoff: &queue.Backoff{Base: 10 * time.Millisecond, Max: 20 * time.Millisecond}})
+	}, &fenceq.HandlerOpts{Timeout: 2 * time.Second, Backoff: &queue.Backoff{Base: 10 * time.Millisecond, Max: 20 * time.Millisecond}})
 	cfg := b.fastConfig(5 * time.Second)
 	cfg.ReaperInterval = 50 * time.Millisecond
 	b.startWorker(t, cfg)
@@ -142,7 +142,7 @@ func (undecodableArgs) Kind() string { return "undecodable" }
 func TestArgsThatDoNotDecodeAreDiscarded(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	fenceq.AddHandler(b.hs, func(ctx context.Context, job *fenceq.Job[undecodableArgs]) error { return nil })
+	fenceq.AddHandler(b.hs, func(ctx context.Context, job *fenceq.Job[undecodableArgs]) error { return nil }, nil)
 	b.startWorker(t, b.fastConfig(5*time.Second))
 	res, err := queue.Insert(b.ctx, b.db.Pool, queue.InsertParams{Kind: "undecodable", Args: []byte(`{"n":"not a number"}`)})
 	if err != nil {
@@ -158,7 +158,7 @@ func TestArgsThatDoNotDecodeAreDiscarded(t *testing.T) {
 func TestInsertWakesWorkerWithoutPolling(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	fenceq.AddHandler(b.hs, func(ctx context.Context, job *fenceq.Job[echoArgs]) error { return nil })
+	fenceq.AddHandler(b.hs, func(ctx context.Context, job *fenceq.Job[echoArgs]) error { return nil }, nil)
 	cfg := b.fastConfig(5 * time.Second)
 	cfg.PollInterval = time.Minute
 	b.startWorker(t, cfg)
@@ -185,7 +185,7 @@ func TestInsertWakesWorkerWithoutPolling(t *testing.T) {
 func TestPausedQueueIsNotWorkedUntilResumed(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	fenceq.AddHandler(b.hs, func(ctx context.Context, job *fenceq.Job[echoArgs]) error { return nil })
+	fenceq.AddHandler(b.hs, func(ctx context.Context, job *fenceq.Job[echoArgs]) error { return nil }, nil)
 	if err := queue.SetQueuePaused(b.ctx, b.db.Pool, "default", true); err != nil {
 		t.Fatal(err)
 	}
@@ -220,7 +220,7 @@ func TestConcurrencyIsBoundedBySlots(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 		now.Add(-1)
 		return nil
-	})
+	}, nil)
 	cfg := b.fastConfig(5 * time.Second)
 	cfg.Queues = map[string]fenceq.QueueConfig{"default": {MaxWorkers: 3}}
 	b.startWorker(t, cfg)
@@ -244,7 +244,7 @@ func TestConcurrencyIsBoundedBySlots(t *testing.T) {
 func TestConfigValidationNamesTheField(t *testing.T) {
 	t.Parallel()
 	hs := fenceq.NewHandlers()
-	fenceq.AddHandler(hs, func(ctx context.Context, job *fenceq.Job[echoArgs]) error { return nil })
+	fenceq.AddHandler(hs, func(ctx context.Context, job *fenceq.Job[echoArgs]) error { return nil }, nil)
 	b := setup(t)
 	cases := map[string]fenceq.Config{
 		"Handlers":            {},
@@ -260,7 +260,7 @@ func TestConfigValidationNamesTheField(t *testing.T) {
 			t.Errorf("%s: err = %v, want it named", field, err)
 		}
 	}
-	if err := fenceq.AddHandlerSafely(hs, func(ctx context.Context, job *fenceq.Job[echoArgs]) error { return nil }); err == nil {
+	if err := fenceq.AddHandlerSafely(hs, func(ctx context.Context, job *fenceq.Job[echoArgs]) error { return nil }, nil); err == nil {
 		t.Error("registering a kind twice must fail")
 	}
 }

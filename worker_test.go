@@ -82,7 +82,7 @@ func TestWorkerRunsJobsWithFencedCommit(t *testing.T) {
 				job.ID, job.Lease().Gen, job.Args.Value)
 			return err
 		})
-	})
+	}, nil)
 	b.startWorker(t, b.fastConfig(2*time.Second))
 	res, err := fenceq.Enqueue(b.ctx, b.db.Pool, echoArgs{Value: "hello"}, nil)
 	if err != nil {
@@ -104,7 +104,7 @@ func TestWorkerRunsJobsWithFencedCommit(t *testing.T) {
 func TestFreedSlotWakesClaimLoopWaitingForOne(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	fenceq.AddHandler(b.hs, func(ctx context.Context, job *fenceq.Job[echoArgs]) error { return nil })
+	fenceq.AddHandler(b.hs, func(ctx context.Context, job *fenceq.Job[echoArgs]) error { return nil }, nil)
 	const n = 5
 	ids := make([]int64, n)
 	for i := range ids {

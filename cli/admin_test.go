@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fenceq/fenceq/outbox"
 	"github.com/fenceq/fenceq/queue"
 )
 
@@ -67,7 +68,7 @@ func TestWorkersAndStats(t *testing.T) {
 		Queues      []queue.QueueInfo              `json:"queues"`
 		LeaseEvents map[queue.LeaseEventKind]int64 `json:"lease_events"`
 		Workers     int                            `json:"workers"`
-		Outbox      queue.OutboxBacklog            `json:"outbox"`
+		Outbox      outbox.Backlog                 `json:"outbox"`
 	}
 	b.okJSON(t, &st, "stats")
 	if st.Workers != 1 || st.LeaseEvents[queue.EventStaleWriteRejected] != 1 || st.LeaseEvents[queue.EventRevoked] != 0 {
@@ -101,7 +102,7 @@ func TestOutboxListRetry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := queue.InsertOutbox(b.ctx, tx, queue.OutboxParams{Topic: "email", DedupeKey: "order-email:9",
+	res, err := outbox.Insert(b.ctx, tx, outbox.Message{Topic: "email", DedupeKey: "order-email:9",
 		Payload: []byte(`{"to": "ada@example.com", "subject": "hi", "text": "x"}`)})
 	if err != nil {
 		t.Fatal(err)
@@ -109,7 +110,7 @@ func TestOutboxListRetry(t *testing.T) {
 	if err := tx.Commit(b.ctx); err != nil {
 		t.Fatal(err)
 	}
-	var rows []queue.OutboxRow
+	var rows []outbox.Row
 	b.okJSON(t, &rows, "outbox", "list", "--state", "pending")
 	if len(rows) != 1 || rows[0].DedupeKey != "order-email:9" {
 		t.Fatalf("outbox list: %+v", rows)
@@ -120,9 +121,9 @@ func TestOutboxListRetry(t *testing.T) {
 	if _, err := queue.CancelJob(b.ctx, b.db.Pool, res.DeliveryJobID, "test"); err != nil {
 		t.Fatal(err)
 	}
-	var after queue.OutboxRow
+	var after outbox.Row
 	b.okJSON(t, &after, "outbox", "retry", id)
-	if after.State != queue.OutboxPending || after.DeliveryJobID == nil || *after.DeliveryJobID == res.DeliveryJobID ||
+	if after.State != outbox.StatePending || after.DeliveryJobID == nil || *after.DeliveryJobID == res.DeliveryJobID ||
 		after.DedupeKey != "order-email:9" {
 		t.Fatalf("after retry: %+v", after)
 	}

@@ -17,7 +17,7 @@ import (
 	"github.com/fenceq/fenceq/internal/verify"
 	"github.com/fenceq/fenceq/jobs/email"
 	"github.com/fenceq/fenceq/jobs/invoice"
-	"github.com/fenceq/fenceq/queue"
+	"github.com/fenceq/fenceq/outbox"
 )
 
 // demoRun is one run of the demo in its schema.
@@ -254,13 +254,14 @@ func (r *demoRun) startWorkers(ctx context.Context, mailer email.Mailer) ([]*fen
 		if err := invoice.Register(hs, invoice.Config{Pool: pool, Tax: tax, Logger: log, Metrics: r.m.Invoices()}); err != nil {
 			return workers, taxes, fmt.Errorf("demo: %w", err)
 		}
-		if err := email.Register(hs, email.RelayConfig{Pool: pool, Mailer: mailer, Logger: log, Metrics: r.m.Outbox()}); err != nil {
+		if _, err := email.RegisterRelay(hs, outbox.RelayConfig{Pool: pool, Logger: log, Metrics: r.m.Outbox()},
+			email.DelivererConfig{Mailer: mailer}); err != nil {
 			return workers, taxes, fmt.Errorf("demo: %w", err)
 		}
 		w, err := fenceq.NewWorker(pool, fenceq.Config{
 			Handlers: hs, ID: id,
 			Queues: map[string]fenceq.QueueConfig{invoice.Queue: {MaxWorkers: billingSlots},
-				queue.OutboxQueue: {MaxWorkers: outboxSlots}},
+				outbox.Queue: {MaxWorkers: outboxSlots}},
 			LeaseDuration: r.cfg.Lease, HeartbeatInterval: r.heartbeat(), ReaperInterval: r.reaper(),
 			PollInterval: 200 * time.Millisecond, Logger: r.log, Observer: r.m,
 		})

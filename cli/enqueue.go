@@ -60,9 +60,9 @@ func enqueue(c *ucli.Context) error {
 			return usageError{fmt.Errorf("invalid args for kind %s: %w", kind, err)}
 		}
 	}
-	p := queue.InsertParams{Kind: kind, Args: raw, Queue: c.String("queue"), Priority: c.Int("priority"),
-		PriorityZero: c.Int("priority") == 0, MaxAttempts: c.Int("max-attempts"),
-		UniqueKey: c.String("unique-key"), RunIn: c.Duration("in")}
+	p := queue.InsertParams{Kind: kind, Args: raw, Queue: c.String("queue"), Priority: new(c.Int("priority")),
+		MaxAttempts: c.Int("max-attempts"),
+		UniqueKey:   c.String("unique-key"), RunIn: c.Duration("in")}
 	if p.Queue == "" {
 		p.Queue = queue.DefaultQueue
 		if known && k.queue != "" {

@@ -44,8 +44,8 @@ func jobsCommand() *ucli.Command {
 }
 
 func stateNames() string {
-	s := make([]string, len(queue.States))
-	for i, st := range queue.States {
+	s := make([]string, len(queue.JobStates()))
+	for i, st := range queue.JobStates() {
 		s[i] = string(st)
 	}
 	return strings.Join(s, ", ")
@@ -122,7 +122,7 @@ func jobsList(c *ucli.Context) error {
 		for _, j := range jobs {
 			rows = append(rows, []string{strconv.FormatInt(j.ID, 10), j.Kind, j.Queue, string(j.State),
 				fmt.Sprintf("%d/%d", j.Attempt, j.MaxAttempts), strconv.FormatInt(j.LeaseGen, 10),
-				fmtTime(&j.RunAt), fmtStr(j.LeasedBy), truncate(string(j.Args), 40)})
+				fmtTime(&j.RunAt), fmtStr(j.LeasedBy), truncate(string(j.EncodedArgs), 40)})
 		}
 		return table(w, []string{"ID", "KIND", "QUEUE", "STATE", "ATTEMPT", "GEN", "RUN_AT", "LEASED_BY", "ARGS"}, rows)
 	})
@@ -198,7 +198,7 @@ func printJob(w io.Writer, j *queue.JobRow) {
 		{"unique_key", fmtStr(j.UniqueKey)},
 		{"created_at", fmtTime(&j.CreatedAt)},
 		{"finished_at", fmtTime(j.FinishedAt)},
-		{"args", string(j.Args)},
+		{"args", string(j.EncodedArgs)},
 	})
 }
 

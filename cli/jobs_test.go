@@ -159,7 +159,7 @@ func TestJobsRequeueRunning(t *testing.T) {
 	if err != nil || len(claimed) != 1 {
 		t.Fatalf("claim: %v %v", claimed, err)
 	}
-	old := claimed[0].Lease()
+	old := queue.LeaseOf(claimed[0])
 
 	out := b.ok(t, "jobs", "requeue", strconv.FormatInt(j.ID, 10))
 	if !strings.Contains(out, "lease of w-old revoked") {

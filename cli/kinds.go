@@ -23,6 +23,7 @@ import (
 	"github.com/fenceq/fenceq/jobs/housekeeping"
 	"github.com/fenceq/fenceq/jobs/invoice"
 	"github.com/fenceq/fenceq/jobs/order"
+	"github.com/fenceq/fenceq/outbox"
 	"github.com/fenceq/fenceq/queue"
 )
 
@@ -30,7 +31,7 @@ import (
 var (
 	_ fenceq.Observer = (*metrics.Metrics)(nil)
 	_ order.Metrics   = (*metrics.IdempotencyMetrics)(nil)
-	_ email.Metrics   = (*metrics.OutboxMetrics)(nil)
+	_ outbox.Metrics  = (*metrics.OutboxMetrics)(nil)
 	_ invoice.Metrics = (*metrics.InvoiceMetrics)(nil)
 )
 
@@ -44,11 +45,11 @@ type kindInfo struct {
 // builtinKinds are the kinds `fenceq worker` runs.
 func builtinKinds() map[string]kindInfo {
 	return map[string]kindInfo{
-		diag.NoopKind:           {queue: queue.DefaultQueue, desc: "completes at once"},
-		diag.SleepKind:          {queue: queue.DefaultQueue, desc: `sleeps, e.g. {"duration": "5s"}`, validate: diag.ValidateSleep},
-		queue.OutboxDeliverKind: {queue: queue.OutboxQueue, desc: "delivers one outbox row (email)", validate: validateDeliver},
-		order.PlaceKind:         {queue: queue.DefaultQueue, desc: "places an order once per idempotency key", validate: validatePlace},
-		invoice.Kind:            {queue: invoice.Queue, desc: "writes one customer's invoice for a period", validate: validateInvoice},
+		diag.NoopKind:      {queue: queue.DefaultQueue, desc: "completes at once"},
+		diag.SleepKind:     {queue: queue.DefaultQueue, desc: `sleeps, e.g. {"duration": "5s"}`, validate: diag.ValidateSleep},
+		outbox.DeliverKind: {queue: outbox.Queue, desc: "delivers one outbox row (email)", validate: validateDeliver},
+		order.PlaceKind:    {queue: queue.DefaultQueue, desc: "places an order once per idempotency key", validate: validatePlace},
+		invoice.Kind:       {queue: invoice.Queue, desc: "writes one customer's invoice for a period", validate: validateInvoice},
 		housekeeping.IdempotencyKind: {queue: queue.DefaultQueue, desc: "deletes expired idempotency keys (recurring)",
 			validate: validateEmpty},
 	}
@@ -99,7 +100,7 @@ func validatePlace(raw []byte) error {
 }
 
 func validateDeliver(raw []byte) error {
-	var a email.DeliverArgs
+	var a outbox.DeliverArgs
 	if err := decodeStrict(raw, &a); err != nil {
 		return err
 	}
@@ -230,10 +231,10 @@ func registerBuiltins(c *ucli.Context, hs *fenceq.Handlers, d builtinDeps) (func
 			return nil, "", err
 		}
 	}
-	if err := email.Register(hs, email.RelayConfig{Pool: d.Pool, Mailer: mailer, Logger: d.Logger,
-		Metrics: d.Metrics.Outbox()}); err != nil {
+	if _, err := email.RegisterRelay(hs, outbox.RelayConfig{Pool: d.Pool, Logger: d.Logger, Metrics: d.Metrics.Outbox()},
+		email.DelivererConfig{Mailer: mailer}); err != nil {
 		cleanup()
-		return nil, "", fmt.Errorf("register the outbox relay: %w", err)
+		return nil, "", err
 	}
 	svc, err := newOrderService(c, d)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 
 	ucli "github.com/urfave/cli/v2"
 
+	"github.com/fenceq/fenceq/outbox"
 	"github.com/fenceq/fenceq/queue"
 )
 
@@ -38,8 +39,8 @@ func outboxCommand() *ucli.Command {
 }
 
 func outboxStateNames() string {
-	s := make([]string, len(queue.OutboxStates))
-	for i, st := range queue.OutboxStates {
+	s := make([]string, len(outbox.States()))
+	for i, st := range outbox.States() {
 		s[i] = string(st)
 	}
 	return strings.Join(s, ", ")
@@ -49,7 +50,7 @@ func outboxList(c *ucli.Context) error {
 	if err := needArgs(c, 0, 0, "[--state S] [--topic T] [--limit N]"); err != nil {
 		return err
 	}
-	st := queue.OutboxState(c.String("state"))
+	st := outbox.State(c.String("state"))
 	if st != "" && !st.Valid() {
 		return usageError{fmt.Errorf("invalid --state %q: want one of %s", st, outboxStateNames())}
 	}
@@ -62,13 +63,13 @@ func outboxList(c *ucli.Context) error {
 		return err
 	}
 	defer pool.Close()
-	rows, err := queue.ListOutbox(c.Context, pool, queue.OutboxListParams{State: st, Topic: c.String("topic"),
+	rows, err := outbox.List(c.Context, pool, outbox.ListParams{State: st, Topic: c.String("topic"),
 		Limit: limit})
 	if err != nil {
 		return err
 	}
 	if rows == nil {
-		rows = []*queue.OutboxRow{}
+		rows = []*outbox.Row{}
 	}
 	return output(c, rows, func(w io.Writer) error {
 		if len(rows) == 0 {
@@ -102,7 +103,7 @@ func outboxRetry(c *ucli.Context) error {
 		return err
 	}
 	defer pool.Close()
-	o, err := queue.RetryOutbox(c.Context, pool, id)
+	o, err := outbox.Retry(c.Context, pool, id)
 	switch {
 	case errors.Is(err, queue.ErrNotFound):
 		return fmt.Errorf("outbox row %d not found", id)

@@ -47,13 +47,13 @@ func queuesList(c *ucli.Context) error {
 			return err
 		}
 		headers := []string{"QUEUE", "PAUSED"}
-		for _, st := range queue.States {
+		for _, st := range queue.JobStates() {
 			headers = append(headers, strings.ToUpper(string(st)))
 		}
 		rows := make([][]string, 0, len(qs))
 		for _, q := range qs {
 			r := []string{q.Name, yesNo(q.Paused)}
-			for _, st := range queue.States {
+			for _, st := range queue.JobStates() {
 				r = append(r, strconv.FormatInt(q.Counts[st], 10))
 			}
 			rows = append(rows, r)

@@ -10,6 +10,7 @@ import (
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/fenceq/fenceq/internal/metrics"
+	"github.com/fenceq/fenceq/outbox"
 	"github.com/fenceq/fenceq/queue"
 )
 
@@ -29,7 +30,7 @@ type statsReport struct {
 	Window      string                         `json:"lease_event_window"`
 	LeaseEvents map[queue.LeaseEventKind]int64 `json:"lease_events"`
 	Workers     int                            `json:"workers"`
-	Outbox      *queue.OutboxBacklog           `json:"outbox"`
+	Outbox      *outbox.Backlog                `json:"outbox"`
 	Snapshot    *metrics.Snapshot              `json:"database"`
 }
 
@@ -64,14 +65,14 @@ func stats(c *ucli.Context) error {
 	if rep.Snapshot, err = metrics.TakeSnapshot(ctx, pool); err != nil {
 		return err
 	}
-	ob, err := queue.OutboxStats(ctx, pool)
+	ob, err := outbox.Stats(ctx, pool)
 	if err != nil {
 		return err
 	}
 	rep.Outbox = &ob
 	return output(c, rep, func(w io.Writer) error {
 		headers := []string{"QUEUE"}
-		for _, st := range queue.States {
+		for _, st := range queue.JobStates() {
 			headers = append(headers, strings.ToUpper(string(st)))
 		}
 		total := map[queue.State]int64{}
@@ -82,14 +83,14 @@ func stats(c *ucli.Context) error {
 				name += " (paused)"
 			}
 			r := []string{name}
-			for _, st := range queue.States {
+			for _, st := range queue.JobStates() {
 				r = append(r, strconv.FormatInt(q.Counts[st], 10))
 				total[st] += q.Counts[st]
 			}
 			rows = append(rows, r)
 		}
 		r := []string{"total"}
-		for _, st := range queue.States {
+		for _, st := range queue.JobStates() {
 			r = append(r, strconv.FormatInt(total[st], 10))
 		}
 		rows = append(rows, r)
@@ -97,8 +98,8 @@ func stats(c *ucli.Context) error {
 			return err
 		}
 		fmt.Fprintf(w, "\nlease events in the last %s:\n", fmtAge(c.Duration("window")))
-		er := make([][]string, 0, len(queue.LeaseEventKinds))
-		for _, k := range queue.LeaseEventKinds {
+		er := make([][]string, 0, len(queue.LeaseEventKinds()))
+		for _, k := range queue.LeaseEventKinds() {
 			er = append(er, []string{string(k), strconv.FormatInt(rep.LeaseEvents[k], 10)})
 		}
 		if err := table(w, []string{"EVENT", "COUNT"}, er); err != nil {

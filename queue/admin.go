@@ -32,7 +32,7 @@ type ListParams struct {
 // ListJobs returns the newest jobs matching the filter.
 func ListJobs(ctx context.Context, db DBTX, p ListParams) ([]*JobRow, error) {
 	if p.State != "" && !p.State.Valid() {
-		return nil, invalid("state", "%q is not a job state (want one of %v)", p.State, States)
+		return nil, invalid("state", "%q is not a job state (want one of %v)", p.State, jobStates)
 	}
 	if p.Limit <= 0 {
 		p.Limit = 100

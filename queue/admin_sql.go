@@ -4,53 +4,53 @@ package queue
 
 const sqlGetJob = `SELECT ` + jobColumns + ` FROM fenceq_jobs WHERE id = $1`
 
-const sqlListJobs = `
+var sqlListJobs = `
 SELECT ` + jobColumns + ` FROM fenceq_jobs
 WHERE ($1::text = '' OR state = $1) AND ($2::text = '' OR queue = $2) AND ($3::text = '' OR kind = $3)
 ORDER BY id DESC LIMIT $4`
 
 // sqlRetryJob makes a finished, retryable or scheduled job available now, with at least
 // one attempt left. A running job must be requeued instead.
-const sqlRetryJob = `
-UPDATE fenceq_jobs SET state = 'available', run_at = now(), finished_at = NULL,
+var sqlRetryJob = `
+UPDATE fenceq_jobs SET state = ` + sqlAvailable + `, run_at = now(), finished_at = NULL,
     max_attempts = GREATEST(max_attempts, attempt + 1)
-WHERE id = $1 AND state IN ('scheduled', 'retryable', 'completed', 'discarded', 'cancelled')
+WHERE id = $1 AND (state IN ` + sqlDue + ` OR state IN ` + sqlFinal + `)
 RETURNING ` + jobColumns
 
 // sqlCancelJob cancels a job that is not finished. A running job's lease is revoked in
 // the same statement (generation bumped), so its holder can write nothing afterwards.
-const sqlCancelJob = `
+var sqlCancelJob = `
 WITH cur AS (
     SELECT id AS cid, lease_gen AS cgen, leased_by AS cby, state AS cstate FROM fenceq_jobs
-    WHERE id = $1 AND state IN ` + unfinishedStates + ` FOR UPDATE),
+    WHERE id = $1 AND state IN ` + sqlUnfinished + ` FOR UPDATE),
 upd AS (
-    UPDATE fenceq_jobs j SET state = 'cancelled', finished_at = now(), lease_expires_at = NULL,
-        lease_gen = CASE WHEN c.cstate = 'running' THEN j.lease_gen + 1 ELSE j.lease_gen END,
+    UPDATE fenceq_jobs j SET state = ` + sqlCancelled + `, finished_at = now(), lease_expires_at = NULL,
+        lease_gen = CASE WHEN c.cstate = ` + sqlRunning + ` THEN j.lease_gen + 1 ELSE j.lease_gen END,
         errors = j.errors || jsonb_build_array(jsonb_build_object(
             'at', now(), 'attempt', j.attempt, 'lease_gen', j.lease_gen, 'error', $2::text))
     FROM cur c WHERE j.id = c.cid AND j.lease_gen = c.cgen
     RETURNING j.*),
 ev AS (
     INSERT INTO fenceq_lease_events (job_id, lease_gen, worker_id, kind, detail)
-    SELECT cid, cgen, cby, 'revoked', 'cancelled by operator' FROM cur WHERE cstate = 'running')
+    SELECT cid, cgen, cby, ` + sqlEventRevoked + `, ` + sqlLit(detailCancelledByAdmin) + ` FROM cur WHERE cstate = ` + sqlRunning + `)
 SELECT ` + jobColumns + ` FROM upd`
 
 // sqlRequeueJob forces a job of any state back to available. A running job's lease is
 // revoked by bumping the generation.
-const sqlRequeueJob = `
+var sqlRequeueJob = `
 WITH cur AS (
     SELECT id AS cid, lease_gen AS cgen, leased_by AS cby, state AS cstate FROM fenceq_jobs
     WHERE id = $1 FOR UPDATE),
 upd AS (
-    UPDATE fenceq_jobs j SET state = 'available', run_at = now(), finished_at = NULL,
+    UPDATE fenceq_jobs j SET state = ` + sqlAvailable + `, run_at = now(), finished_at = NULL,
         leased_by = NULL, lease_expires_at = NULL,
         max_attempts = GREATEST(j.max_attempts, j.attempt + 1),
-        lease_gen = CASE WHEN c.cstate = 'running' THEN j.lease_gen + 1 ELSE j.lease_gen END
+        lease_gen = CASE WHEN c.cstate = ` + sqlRunning + ` THEN j.lease_gen + 1 ELSE j.lease_gen END
     FROM cur c WHERE j.id = c.cid AND j.lease_gen = c.cgen
     RETURNING j.*),
 ev AS (
     INSERT INTO fenceq_lease_events (job_id, lease_gen, worker_id, kind, detail)
-    SELECT cid, cgen, cby, 'revoked', 'requeued by operator' FROM cur WHERE cstate = 'running')
+    SELECT cid, cgen, cby, ` + sqlEventRevoked + `, ` + sqlLit(detailRequeuedByAdmin) + ` FROM cur WHERE cstate = ` + sqlRunning + `)
 SELECT ` + jobColumns + ` FROM upd`
 
 const sqlSetQueuePaused = `

@@ -17,20 +17,22 @@ type Backoff struct {
 	Jitter float64
 }
 
-// DefaultBackoff is the retry policy used when none is configured.
-var DefaultBackoff = Backoff{Base: time.Second, Max: time.Hour, Jitter: 0.2}
+// DefaultBackoff returns the retry policy used when none is configured: 1s doubling,
+// capped at 1h, 20% jitter.
+func DefaultBackoff() Backoff { return Backoff{Base: time.Second, Max: time.Hour, Jitter: 0.2} }
 
 // Delay returns the delay before retrying after the given attempt (1 for the first).
 func (b Backoff) Delay(attempt int) time.Duration {
+	def := DefaultBackoff()
 	base, maxD, jitter := b.Base, b.Max, b.Jitter
 	if base <= 0 {
-		base = DefaultBackoff.Base
+		base = def.Base
 	}
 	if maxD <= 0 {
-		maxD = DefaultBackoff.Max
+		maxD = def.Max
 	}
 	if jitter <= 0 || jitter > 1 {
-		jitter = DefaultBackoff.Jitter
+		jitter = def.Jitter
 	}
 	if attempt < 1 {
 		attempt = 1

@@ -59,7 +59,7 @@ func BenchmarkClaimCompleteMany(b *testing.B) {
 		cursor = queue.CursorAfter(jobs)
 		leases := make([]queue.Lease, len(jobs))
 		for i, j := range jobs {
-			leases[i] = j.Lease()
+			leases[i] = queue.LeaseOf(j)
 		}
 		lost, err := queue.CompleteMany(ctx, db.Pool, "bench", leases)
 		if err != nil || len(lost) != 0 {
@@ -112,7 +112,7 @@ func BenchmarkHeartbeat100(b *testing.B) {
 	}
 	leases := make([]queue.Lease, len(jobs))
 	for i, j := range jobs {
-		leases[i] = j.Lease()
+		leases[i] = queue.LeaseOf(j)
 	}
 	b.ResetTimer()
 	for range b.N {

@@ -28,7 +28,7 @@ func TestClaimAfterCursor(t *testing.T) {
 		t.Fatalf("cursor after the first claim: %+v, want job %d", cur, ids[1])
 	}
 	// Job 0 goes back to available behind the cursor.
-	if err := queue.Release(b.ctx, b.db.Pool, first[0].Lease()); err != nil {
+	if err := queue.Release(b.ctx, b.db.Pool, queue.LeaseOf(first[0])); err != nil {
 		t.Fatalf("release: %v", err)
 	}
 	after, err := queue.Claim(b.ctx, b.db.Pool, queue.ClaimParams{Queue: "default", WorkerID: "A", Limit: 10,
@@ -48,9 +48,9 @@ func TestClaimAfterCursor(t *testing.T) {
 	}
 
 	// Completing the batch with one stale lease completes the rest and rejects it.
-	leases := []queue.Lease{first[1].Lease(), first[0].Lease()} // job 0's first lease is stale
+	leases := []queue.Lease{queue.LeaseOf(first[1]), queue.LeaseOf(first[0])} // job 0's first lease is stale
 	for _, j := range after {
-		leases = append(leases, j.Lease())
+		leases = append(leases, queue.LeaseOf(j))
 	}
 	lost, err := queue.CompleteMany(b.ctx, b.db.Pool, "A", leases)
 	if err != nil {

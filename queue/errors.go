@@ -15,8 +15,6 @@ var (
 	ErrLeaseLost = errors.New("lease lost")
 	// ErrNotFound means no row has the given id.
 	ErrNotFound = errors.New("not found")
-	// ErrKeyReuse means an idempotency key was reused with a different request.
-	ErrKeyReuse = errors.New("idempotency key reused with a different request")
 	// ErrInvalid is wrapped by every ValidationError.
 	ErrInvalid = errors.New("invalid input")
 	// ErrWrongState means an operator action does not apply to the job's current state.

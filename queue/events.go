@@ -6,25 +6,6 @@ import (
 	"time"
 )
 
-// LeaseEventKind names what happened to a lease. The kinds are the contract of
-// fenceq_lease_events.kind.
-type LeaseEventKind string
-
-// Lease event kinds.
-const (
-	// EventRevoked: the reaper or an operator took the lease away and bumped the generation.
-	EventRevoked LeaseEventKind = "revoked"
-	// EventStaleWriteRejected: a write under an old generation matched nothing.
-	EventStaleWriteRejected LeaseEventKind = "stale_write_rejected"
-	// EventExpiredHolderAlive: a lease expired while its holder process still heartbeated.
-	EventExpiredHolderAlive LeaseEventKind = "expired_holder_alive"
-	// EventHeartbeatLost: a holder's heartbeat found its lease gone.
-	EventHeartbeatLost LeaseEventKind = "heartbeat_lost"
-)
-
-// LeaseEventKinds lists every kind.
-var LeaseEventKinds = []LeaseEventKind{EventRevoked, EventStaleWriteRejected, EventExpiredHolderAlive, EventHeartbeatLost}
-
 // LeaseEvent is one row of fenceq_lease_events.
 type LeaseEvent struct {
 	ID       int64          `json:"id"`
@@ -65,8 +46,8 @@ func CountLeaseEvents(ctx context.Context, db DBTX, window time.Duration) (map[L
 		return nil, fmt.Errorf("count lease events: %w", err)
 	}
 	defer rows.Close()
-	out := make(map[LeaseEventKind]int64, len(LeaseEventKinds))
-	for _, k := range LeaseEventKinds {
+	out := make(map[LeaseEventKind]int64, len(leaseEventKinds))
+	for _, k := range leaseEventKinds {
 		out[k] = 0
 	}
 	for rows.Next() {
@@ -111,21 +92,21 @@ func ListLeaseEvents(ctx context.Context, db DBTX, jobID int64, limit int) ([]Le
 	return out, nil
 }
 
-const sqlRecordLeaseLost = `
+var sqlRecordLeaseLost = `
 WITH l AS (SELECT * FROM unnest($1::bigint[], $2::bigint[]) AS l(lid, lgen)),
 hb AS (
     INSERT INTO fenceq_lease_events (job_id, lease_gen, worker_id, kind, detail)
-    SELECT lid, lgen, $3, 'heartbeat_lost', 'heartbeat found the lease gone' FROM l),
+    SELECT lid, lgen, $3, ` + sqlEventHeartbeatLost + `, 'heartbeat found the lease gone' FROM l),
 alive AS (
     INSERT INTO fenceq_lease_events (job_id, lease_gen, worker_id, kind, detail)
-    SELECT lid, lgen, $3, 'expired_holder_alive',
+    SELECT lid, lgen, $3, ` + sqlEventHolderAlive + `,
            'the holder was still running the job when its expired lease was revoked'
     FROM l
     WHERE EXISTS (SELECT 1 FROM fenceq_lease_events e
-                  WHERE e.job_id = l.lid AND e.lease_gen = l.lgen AND e.kind = 'revoked'
-                    AND e.detail LIKE 'lease expired%')
+                  WHERE e.job_id = l.lid AND e.lease_gen = l.lgen AND e.kind = ` + sqlEventRevoked + `
+                    AND e.detail LIKE ` + sqlLit(detailExpired+"%") + `)
       AND NOT EXISTS (SELECT 1 FROM fenceq_lease_events e
-                      WHERE e.job_id = l.lid AND e.lease_gen = l.lgen AND e.kind = 'expired_holder_alive')
+                      WHERE e.job_id = l.lid AND e.lease_gen = l.lgen AND e.kind = ` + sqlEventHolderAlive + `)
     RETURNING job_id)
 SELECT COALESCE(array_agg(job_id), '{}')::bigint[] FROM alive`
 

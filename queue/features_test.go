@@ -31,7 +31,7 @@ func TestUniqueKeyReturnsExistingJobWhileUnfinished(t *testing.T) {
 	// Once finished, the key is free again.
 	l := b.claim(t, "w", 10, time.Minute)
 	for _, j := range l {
-		if err := queue.Complete(b.ctx, b.db.Pool, j.Lease()); err != nil {
+		if err := queue.Complete(b.ctx, b.db.Pool, queue.LeaseOf(j)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -44,9 +44,9 @@ func TestUniqueKeyReturnsExistingJobWhileUnfinished(t *testing.T) {
 func TestPriorityThenRunAtOrder(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	low := b.insert(t, queue.InsertParams{Priority: 5})
-	high := b.insert(t, queue.InsertParams{PriorityZero: true})
-	mid := b.insert(t, queue.InsertParams{Priority: 2})
+	low := b.insert(t, queue.InsertParams{Priority: new(5)})
+	high := b.insert(t, queue.InsertParams{Priority: new(0)})
+	mid := b.insert(t, queue.InsertParams{Priority: new(2)})
 	var order []int64
 	for i := 0; i < 3; i++ {
 		order = append(order, b.claim(t, "w", 1, time.Minute)[0].ID)
@@ -143,7 +143,7 @@ func TestFailRetriesWithBackoffThenDiscards(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	j := b.insert(t, queue.InsertParams{MaxAttempts: 2})
-	l := b.claim(t, "w", 1, time.Minute)[0].Lease()
+	l := queue.LeaseOf(b.claim(t, "w", 1, time.Minute)[0])
 	state, err := queue.Fail(b.ctx, b.db.Pool, l, queue.FailParams{Err: "boom", Backoff: time.Hour})
 	if err != nil || state != queue.StateRetryable {
 		t.Fatalf("first failure: %s %v", state, err)
@@ -161,7 +161,7 @@ func TestFailRetriesWithBackoffThenDiscards(t *testing.T) {
 	if n, _ := queue.PromoteDue(b.ctx, b.db.Pool, 10); n != 1 {
 		t.Fatalf("retryable job not promoted once due")
 	}
-	l = b.claim(t, "w", 1, time.Minute)[0].Lease()
+	l = queue.LeaseOf(b.claim(t, "w", 1, time.Minute)[0])
 	state, err = queue.Fail(b.ctx, b.db.Pool, l, queue.FailParams{Err: "boom again", Backoff: time.Second})
 	if err != nil || state != queue.StateDiscarded {
 		t.Fatalf("last failure: %s %v, want discarded", state, err)
@@ -192,7 +192,7 @@ func TestSnoozeCancelRelease(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	j := b.insert(t, queue.InsertParams{MaxAttempts: 1})
-	l := b.claim(t, "w", 1, time.Minute)[0].Lease()
+	l := queue.LeaseOf(b.claim(t, "w", 1, time.Minute)[0])
 	if err := queue.Snooze(b.ctx, b.db.Pool, l, time.Hour); err != nil {
 		t.Fatal(err)
 	}
@@ -203,14 +203,14 @@ func TestSnoozeCancelRelease(t *testing.T) {
 	if _, err := queue.RetryJob(b.ctx, b.db.Pool, j.ID); err != nil {
 		t.Fatal(err)
 	}
-	l = b.claim(t, "w", 1, time.Minute)[0].Lease()
+	l = queue.LeaseOf(b.claim(t, "w", 1, time.Minute)[0])
 	if err := queue.Release(b.ctx, b.db.Pool, l); err != nil {
 		t.Fatal(err)
 	}
 	if row := b.job(t, j.ID); row.State != queue.StateAvailable || row.Attempt != 1 || row.LeasedBy != nil {
 		t.Fatalf("released: %+v", row)
 	}
-	l = b.claim(t, "w", 1, time.Minute)[0].Lease()
+	l = queue.LeaseOf(b.claim(t, "w", 1, time.Minute)[0])
 	if err := queue.Cancel(b.ctx, b.db.Pool, l, "customer closed account"); err != nil {
 		t.Fatal(err)
 	}
@@ -250,7 +250,7 @@ func TestRetentionPrunesOnlyOldFinishedJobs(t *testing.T) {
 	}
 	jobs := b.claim(t, "w", 3, time.Minute)
 	for _, j := range jobs {
-		if err := queue.Complete(b.ctx, b.db.Pool, j.Lease()); err != nil {
+		if err := queue.Complete(b.ctx, b.db.Pool, queue.LeaseOf(j)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -292,7 +292,7 @@ func TestValidationErrorsNameTheField(t *testing.T) {
 		{"NulChar", queue.InsertParams{Kind: "k", Args: []byte(`{"a":"x\u0000y"}`)}, "args"},
 		{"TooLarge", queue.InsertParams{Kind: "k", Args: []byte(`{"a":"` + strings.Repeat("x", 1<<20) + `"}`)}, "args"},
 		{"SmallLimit", queue.InsertParams{Kind: "k", Args: []byte(`{"a":"xxxx"}`), MaxArgsBytes: 5}, "args"},
-		{"Priority", queue.InsertParams{Kind: "k", Priority: 101}, "priority"},
+		{"Priority", queue.InsertParams{Kind: "k", Priority: new(101)}, "priority"},
 		{"MaxAttempts", queue.InsertParams{Kind: "k", MaxAttempts: -1}, "max_attempts"},
 		{"UniqueKey", queue.InsertParams{Kind: "k", UniqueKey: "a\x01b"}, "unique_key"},
 		{"NegativeDelay", queue.InsertParams{Kind: "k", RunIn: -time.Second}, "run_in"},
@@ -321,7 +321,7 @@ func TestOperatorActions(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	j := b.insert(t, queue.InsertParams{})
-	l := b.claim(t, "w", 1, time.Minute)[0].Lease()
+	l := queue.LeaseOf(b.claim(t, "w", 1, time.Minute)[0])
 
 	if _, err := queue.RetryJob(b.ctx, b.db.Pool, j.ID); !errors.Is(err, queue.ErrWrongState) {
 		t.Fatalf("retry of a running job: %v, want ErrWrongState", err)
@@ -333,7 +333,7 @@ func TestOperatorActions(t *testing.T) {
 	if err := queue.Complete(b.ctx, b.db.Pool, l); !errors.Is(err, queue.ErrLeaseLost) {
 		t.Fatalf("holder's completion after requeue: %v", err)
 	}
-	l2 := b.claim(t, "w", 1, time.Minute)[0].Lease()
+	l2 := queue.LeaseOf(b.claim(t, "w", 1, time.Minute)[0])
 	c, err := queue.CancelJob(b.ctx, b.db.Pool, j.ID, "")
 	if err != nil || c.State != queue.StateCancelled || c.LeaseGen != l2.Gen+1 {
 		t.Fatalf("cancel: %+v %v", c, err)
@@ -371,13 +371,13 @@ func TestHeartbeatSkipsLockedRowsWithoutWaiting(t *testing.T) {
 	b.insert(t, queue.InsertParams{})
 	b.insert(t, queue.InsertParams{})
 	jobs := b.claim(t, "w", 2, time.Minute)
-	leases := []queue.Lease{jobs[0].Lease(), jobs[1].Lease()}
+	leases := []queue.Lease{queue.LeaseOf(jobs[0]), queue.LeaseOf(jobs[1])}
 	tx, err := b.db.Pool.Begin(b.ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback(b.ctx) }()
-	if err := queue.LockLease(b.ctx, tx, leases[0]); err != nil {
+	if _, err := tx.Exec(b.ctx, `SELECT 1 FROM fenceq_jobs WHERE id = $1 FOR UPDATE`, leases[0].JobID); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
@@ -404,7 +404,7 @@ func TestFailRecordsAnyErrorText(t *testing.T) {
 		var l queue.Lease
 		for _, c := range b.claim(t, "w", 10, time.Minute) {
 			if c.ID == j.ID {
-				l = c.Lease()
+				l = queue.LeaseOf(c)
 			}
 		}
 		state, err := queue.Fail(b.ctx, b.db.Pool, l, queue.FailParams{Err: text, Backoff: time.Hour})

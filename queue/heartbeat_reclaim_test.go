@@ -22,7 +22,7 @@ func oldAndNewLease(ctx context.Context, t *testing.T, db *dbtest.DB) (old, cur 
 		if err != nil || len(rows) != 1 {
 			t.Fatalf("claim: %v %v", rows, err)
 		}
-		return rows[0].Lease()
+		return queue.LeaseOf(rows[0])
 	}
 	old = claim()
 	if _, err := queue.RequeueJob(ctx, db.Pool, old.JobID); err != nil {
@@ -74,7 +74,7 @@ func TestHeartbeatAfterOwnWriteLanded(t *testing.T) {
 	if err != nil || len(rows) != 3 {
 		t.Fatalf("claim: %v %v", rows, err)
 	}
-	done, revoked, running := rows[0].Lease(), rows[1].Lease(), rows[2].Lease()
+	done, revoked, running := queue.LeaseOf(rows[0]), queue.LeaseOf(rows[1]), queue.LeaseOf(rows[2])
 	if err := queue.Complete(ctx, db.Pool, done); err != nil {
 		t.Fatal(err)
 	}

@@ -22,11 +22,8 @@ type InsertParams struct {
 	Kind  string
 	// Args is a JSON object.
 	Args []byte
-	// Priority: lower runs first, 0–100. Zero means DefaultPriority; use PriorityZero
-	// for a real 0.
-	Priority int
-	// PriorityZero asks for priority 0, which the zero value of Priority cannot express.
-	PriorityZero bool
+	// Priority: lower runs first, 0–100. Nil means DefaultPriority.
+	Priority *int
 	// RunAt schedules the job at an absolute time. It wins over RunIn.
 	RunAt time.Time
 	// RunIn schedules the job this long after the database's now().
@@ -50,8 +47,8 @@ func (p *InsertParams) normalize() error {
 	if p.Queue == "" {
 		p.Queue = DefaultQueue
 	}
-	if p.Priority == 0 && !p.PriorityZero {
-		p.Priority = DefaultPriority
+	if p.Priority == nil {
+		p.Priority = new(DefaultPriority)
 	}
 	if p.MaxAttempts == 0 {
 		p.MaxAttempts = DefaultMaxAttempts
@@ -68,7 +65,7 @@ func (p *InsertParams) normalize() error {
 	if err := ValidateArgs(p.Args, p.MaxArgsBytes); err != nil {
 		return err
 	}
-	if err := validatePriority(p.Priority); err != nil {
+	if err := validatePriority(*p.Priority); err != nil {
 		return err
 	}
 	if err := validateMaxAttempts(p.MaxAttempts); err != nil {
@@ -115,7 +112,7 @@ func Insert(ctx context.Context, db DBTX, p InsertParams) (*InsertResult, error)
 	// A unique job can finish between our conflicting insert and the read of it; then
 	// the insert is simply tried again.
 	for try := 0; try < 5; try++ {
-		row := db.QueryRow(ctx, sqlInsertJob, p.Queue, p.Kind, p.Args, p.Priority, p.runAt(),
+		row := db.QueryRow(ctx, sqlInsertJob, p.Queue, p.Kind, p.Args, *p.Priority, p.runAt(),
 			p.MaxAttempts, nullString(p.UniqueKey), micros(p.RunIn))
 		j, err := scanJob(row)
 		if err == nil {
@@ -159,7 +156,7 @@ func InsertMany(ctx context.Context, db Beginner, ps []InsertParams) (int64, err
 			[]string{"queue", "kind", "args", "priority", "max_attempts"},
 			pgx.CopyFromSlice(len(ps), func(i int) ([]any, error) {
 				p := &ps[i]
-				return []any{p.Queue, p.Kind, p.Args, int16(p.Priority), int32(p.MaxAttempts)}, nil
+				return []any{p.Queue, p.Kind, p.Args, int16(*p.Priority), int32(p.MaxAttempts)}, nil
 			}))
 		if err != nil {
 			return n, fmt.Errorf("copy %d jobs: %w", len(ps), err)
@@ -180,7 +177,7 @@ func InsertMany(ctx context.Context, db Beginner, ps []InsertParams) (int64, err
 		[]string{"ord", "queue", "kind", "args", "priority", "run_at", "run_in_us", "max_attempts", "unique_key"},
 		pgx.CopyFromSlice(len(ps), func(i int) ([]any, error) {
 			p := &ps[i]
-			return []any{int32(i), p.Queue, p.Kind, p.Args, int16(p.Priority), p.runAt(), micros(p.RunIn),
+			return []any{int32(i), p.Queue, p.Kind, p.Args, int16(*p.Priority), p.runAt(), micros(p.RunIn),
 				int32(p.MaxAttempts), nullString(p.UniqueKey)}, nil
 		}))
 	if err != nil {

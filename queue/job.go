@@ -10,55 +10,19 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
-// State is the state of a job row.
-type State string
-
-// Job states. See doc.go for the state machine.
-const (
-	StateAvailable State = "available" // ready to be claimed
-	StateScheduled State = "scheduled" // waits for run_at
-	StateRunning   State = "running"   // leased to a worker
-	StateRetryable State = "retryable" // failed, waits for run_at to retry
-	StateCompleted State = "completed" // final: succeeded
-	StateDiscarded State = "discarded" // final: failed past max attempts, or discarded
-	StateCancelled State = "cancelled" // final: cancelled by handler or operator
-)
-
-// States lists every job state in the order operators read them.
-var States = []State{StateAvailable, StateScheduled, StateRunning, StateRetryable,
-	StateCompleted, StateDiscarded, StateCancelled}
-
-// Final reports whether the state is final: the job will never run again unless an
-// operator retries it.
-func (s State) Final() bool {
-	return s == StateCompleted || s == StateDiscarded || s == StateCancelled
-}
-
-// Valid reports whether s names a job state.
-func (s State) Valid() bool {
-	for _, v := range States {
-		if s == v {
-			return true
-		}
-	}
-	return false
-}
-
 // customPlan, passed as a query's first argument, has pgx send the statement unnamed
 // (only its description is cached), so PostgreSQL plans every execution for its
-// parameters and the table as it is now. A named prepared statement switches to a
+// parameters and for the table as it is now. A named prepared statement switches to a
 // generic plan after five executions and keeps it until the table is next analyzed or
-// vacuumed: planned while fenceq_jobs was small (a fresh schema, a test, a bench run),
-// claims and completions kept sequential scans as the table grew (bench latency at
-// 1,000 jobs/s: ~1.2 ms per statement, p50 3.1 ms; with custom plans 1.5 ms).
+// vacuumed: planned while fenceq_jobs was small (a fresh schema), claims and completions
+// would keep sequential scans as the table grows.
 //
 // It is used where planning is paid once per batch or per period: claims, heartbeats,
 // batched completions and the maintenance statements. The single-row statements of
-// each job (the fenced writes, FencedCommit's lock and completion, the outbox and
-// idempotency lookups by id or key) stay prepared by name: planned per execution they
-// cost 10–20 % of bench fenced's throughput. Their generic plans are fine once the table
-// has been analyzed or vacuumed at a realistic size, which autovacuum does (without it,
-// vacuum regularly, as the README says).
+// each job (the fenced writes, the fenced transaction's lock and completion) stay
+// prepared by name, because planning them on every execution costs more than it saves
+// on the path every job takes. Their generic plans are right once the table has been
+// analyzed or vacuumed at a realistic size, which autovacuum does.
 const customPlan = pgx.QueryExecModeCacheDescribe
 
 // DBTX is what the queue functions need from a connection: a *pgxpool.Pool, a *pgx.Conn
@@ -100,7 +64,9 @@ type JobRow struct {
 	ID             int64           `json:"id"`
 	Queue          string          `json:"queue"`
 	Kind           string          `json:"kind"`
-	Args           json.RawMessage `json:"args"`
+	// EncodedArgs are the job's arguments as stored: a JSON object. A handler reads
+	// them decoded, as Job[T].Args.
+	EncodedArgs    json.RawMessage `json:"args"`
 	State          State           `json:"state"`
 	Priority       int16           `json:"priority"`
 	RunAt          time.Time       `json:"run_at"`
@@ -117,9 +83,9 @@ type JobRow struct {
 	FinishedAt     *time.Time      `json:"finished_at"`
 }
 
-// Lease returns the lease the row currently records. It is only meaningful for a
-// running job.
-func (j *JobRow) Lease() Lease {
+// LeaseOf returns the lease the row records: its id, its generation and its holder. It
+// names a lease that is held only while the row is running.
+func LeaseOf(j *JobRow) Lease {
 	l := Lease{JobID: j.ID, Gen: j.LeaseGen}
 	if j.LeasedBy != nil {
 		l.Holder = *j.LeasedBy
@@ -142,7 +108,7 @@ func scanJob(row pgx.Row) (*JobRow, error) {
 		return nil, err
 	}
 	j.State = State(state)
-	j.Args = json.RawMessage(args)
+	j.EncodedArgs = json.RawMessage(args)
 	if len(errs) > 2 {
 		if err := json.Unmarshal(errs, &j.Errors); err != nil {
 			return nil, err
@@ -153,9 +119,8 @@ func scanJob(row pgx.Row) (*JobRow, error) {
 
 // claimedColumns are what a claim returns: the columns a claim did not just set. The
 // rest (queue, state, leased_by, heartbeat_at, finished_at) follow from the claim, and
-// errors comes back only when there are any. With every column returned, scanning the
-// claimed rows and their separately allocated pointer fields was a tenth of the
-// worker's CPU in bench drain.
+// errors comes back only when there are any, so that scanning a claimed row costs one
+// allocation besides its args.
 const claimedColumns = `id, kind, args, priority, run_at, attempt, max_attempts, lease_gen,
 	lease_expires_at, attempted_at, unique_key, NULLIF(errors, '[]'::jsonb), created_at`
 
@@ -183,11 +148,11 @@ func collectClaimed(rows pgx.Rows, queue, worker string, limit int) ([]*JobRow, 
 		attempted time.Time
 		errs      []byte
 	)
-	dest := []any{&r.ID, &kind, (*[]byte)(&r.Args), &r.Priority, &r.RunAt, &r.Attempt, &r.MaxAttempts,
+	dest := []any{&r.ID, &kind, (*[]byte)(&r.EncodedArgs), &r.Priority, &r.RunAt, &r.Attempt, &r.MaxAttempts,
 		&r.LeaseGen, &expires, &attempted, &r.UniqueKey, &errs, &r.CreatedAt}
 	for rows.Next() {
 		// Scanned as bytes: into a json.RawMessage, pgx would run json.Unmarshal on it.
-		r.Args, r.UniqueKey, errs = nil, nil, nil
+		r.EncodedArgs, r.UniqueKey, errs = nil, nil, nil
 		if err := rows.Scan(dest...); err != nil {
 			return nil, err
 		}

@@ -166,7 +166,7 @@ func Heartbeat(ctx context.Context, db DBTX, workerID string, leases []Lease, le
 }
 
 func fencedWrite(ctx context.Context, db DBTX, op string, l Lease, sql string, args ...any) (State, error) {
-	all := append([]any{l.JobID, l.Gen, l.Holder}, args...)
+	all := append([]any{l.JobID, l.Gen, l.Holder, op}, args...)
 	var state string
 	err := db.QueryRow(ctx, sql, all...).Scan(&state)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -235,7 +235,7 @@ const (
 // ErrLeaseLost.
 func Fail(ctx context.Context, db DBTX, l Lease, p FailParams) (State, error) {
 	return fencedWrite(ctx, db, "fail", l, sqlFail, p.Discard, micros(p.Backoff),
-		truncate(p.Err, maxErrorLen), truncate(p.Trace, maxTraceLen))
+		StorableText(p.Err, maxErrorLen), StorableText(p.Trace, maxTraceLen))
 }
 
 // Snooze puts the job back to run after d without using up an attempt.
@@ -249,7 +249,7 @@ func Snooze(ctx context.Context, db DBTX, l Lease, d time.Duration) error {
 
 // Cancel finishes the job as cancelled, recording the reason.
 func Cancel(ctx context.Context, db DBTX, l Lease, reason string) error {
-	_, err := fencedWrite(ctx, db, "cancel", l, sqlCancel, truncate(reason, maxErrorLen))
+	_, err := fencedWrite(ctx, db, "cancel", l, sqlCancel, StorableText(reason, maxErrorLen))
 	return err
 }
 
@@ -261,10 +261,10 @@ func Release(ctx context.Context, db DBTX, l Lease) error {
 	return err
 }
 
-// LockLease is the fence inside a caller's transaction: it locks the job row if and only
-// if the lease is still held, which keeps the reaper and every other writer out until the
+// lockLease is the fence inside a transaction: it locks the job row if and only if the
+// lease is still held, which keeps the reaper and every other writer out until the
 // transaction ends. It returns ErrLeaseLost when the lease is gone; roll back then.
-func LockLease(ctx context.Context, tx pgx.Tx, l Lease) error {
+func lockLease(ctx context.Context, tx pgx.Tx, l Lease) error {
 	var state string
 	err := tx.QueryRow(ctx, sqlLockLease, l.JobID, l.Gen).Scan(&state)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -276,8 +276,8 @@ func LockLease(ctx context.Context, tx pgx.Tx, l Lease) error {
 	return nil
 }
 
-// CompleteLocked completes a job inside the transaction that locked it with LockLease.
-func CompleteLocked(ctx context.Context, tx pgx.Tx, l Lease) error {
+// completeLocked completes a job inside the transaction that locked it with lockLease.
+func completeLocked(ctx context.Context, tx pgx.Tx, l Lease) error {
 	tag, err := tx.Exec(ctx, sqlCompleteLocked, l.JobID, l.Gen)
 	if err != nil {
 		return fmt.Errorf("complete job %d: %w", l.JobID, err)
@@ -300,43 +300,40 @@ func RecordStaleWrite(ctx context.Context, db DBTX, l Lease, op string) error {
 // TxFunc is the body of a fenced transaction.
 type TxFunc func(ctx context.Context, tx pgx.Tx) error
 
-// FencedCommit runs fn in a transaction fenced by the lease and completes the job in
-// the same transaction:
+// LeaseTx says what WithLease does besides running its function.
+type LeaseTx struct {
+	// Complete completes the job in the same transaction, after fn: the job's results
+	// and its completion commit together.
+	Complete bool
+	// Op names the write in errors and in the stale_write_rejected event. Defaults to
+	// "commit" with Complete, "with lease" without.
+	Op string
+}
+
+// WithLease runs fn in one transaction fenced by the lease:
 //
 //	BEGIN; SELECT … WHERE id = $1 AND lease_gen = $2 AND state = 'running' FOR UPDATE;
-//	fn(tx); UPDATE … SET state = 'completed' …; COMMIT
+//	fn(tx); [UPDATE … SET state = 'completed' … WHERE id = $1 AND lease_gen = $2;] COMMIT
 //
-// If the lease is gone, nothing fn would write is kept and the error is ErrLeaseLost
-// (a stale_write_rejected event is recorded). If fn fails, the transaction rolls back and
-// fn's error is returned; the job stays running under the lease. Keep slow calls out of
-// fn: the row lock is held until COMMIT.
-func FencedCommit(ctx context.Context, db Beginner, l Lease, fn TxFunc) error {
-	return withLease(ctx, db, l, "fenced commit", func(ctx context.Context, tx pgx.Tx) error {
-		if fn != nil {
-			if err := fn(ctx, tx); err != nil {
-				return err
-			}
+// The row lock keeps the reaper and every other writer out until COMMIT, so the
+// transaction wins or loses as a whole. If the lease is gone, nothing fn would write is
+// kept and the error matches ErrLeaseLost (a stale_write_rejected event is recorded).
+// If fn fails, the transaction rolls back and fn's error is returned; the job stays
+// running under the lease. Keep slow calls out of fn: the row lock is held until COMMIT.
+func WithLease(ctx context.Context, db Beginner, l Lease, how LeaseTx, fn TxFunc) error {
+	op := how.Op
+	if op == "" {
+		op = "with lease"
+		if how.Complete {
+			op = "commit"
 		}
-		return CompleteLocked(ctx, tx, l)
-	})
-}
-
-// WithLease runs fn in a transaction that first locks the job row under the lease
-// (LockLease) and commits only if fn succeeds. Use it for writes made under a lease
-// that do not finish the job; FencedCommit is WithLease plus completion.
-func WithLease(ctx context.Context, db Beginner, l Lease, fn TxFunc) error {
-	return withLease(ctx, db, l, "with lease", fn)
-}
-
-// withLease is WithLease with op naming the write in errors and in the
-// stale_write_rejected event.
-func withLease(ctx context.Context, db Beginner, l Lease, op string, fn TxFunc) error {
+	}
 	tx, err := db.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("%s of job %d: begin: %w", op, l.JobID, err)
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
-	if err := LockLease(ctx, tx, l); err != nil {
+	if err := lockLease(ctx, tx, l); err != nil {
 		if errors.Is(err, ErrLeaseLost) {
 			_ = tx.Rollback(ctx)
 			if rerr := RecordStaleWrite(ctx, db, l, op); rerr != nil {
@@ -345,8 +342,15 @@ func withLease(ctx context.Context, db Beginner, l Lease, op string, fn TxFunc) 
 		}
 		return err
 	}
-	if err := fn(ctx, tx); err != nil {
-		return err
+	if fn != nil {
+		if err := fn(ctx, tx); err != nil {
+			return err
+		}
+	}
+	if how.Complete {
+		if err := completeLocked(ctx, tx, l); err != nil {
+			return err
+		}
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("%s of job %d: commit: %w", op, l.JobID, err)

@@ -84,7 +84,7 @@ func TestClaimCompleteAndStaleWrites(t *testing.T) {
 	if len(claimed) != 1 || claimed[0].LeaseGen != 1 || claimed[0].Attempt != 1 || claimed[0].State != queue.StateRunning {
 		t.Fatalf("claimed %+v", claimed)
 	}
-	leaseA := claimed[0].Lease()
+	leaseA := queue.LeaseOf(claimed[0])
 	if leaseA.Holder != "A" {
 		t.Fatalf("holder %q", leaseA.Holder)
 	}
@@ -110,7 +110,7 @@ func TestClaimCompleteAndStaleWrites(t *testing.T) {
 		"snooze":  func() error { return queue.Snooze(b.ctx, b.db.Pool, leaseA, time.Second) },
 		"cancel":  func() error { return queue.Cancel(b.ctx, b.db.Pool, leaseA, "x") },
 		"release": func() error { return queue.Release(b.ctx, b.db.Pool, leaseA) },
-		"fenced":  func() error { return queue.FencedCommit(b.ctx, b.db.Pool, leaseA, nil) },
+		"fenced":  func() error { return queue.WithLease(b.ctx, b.db.Pool, leaseA, queue.LeaseTx{Complete: true}, nil) },
 	} {
 		if err := write(); !errors.Is(err, queue.ErrLeaseLost) {
 			t.Errorf("%s with stale lease: got %v, want ErrLeaseLost", name, err)
@@ -119,7 +119,7 @@ func TestClaimCompleteAndStaleWrites(t *testing.T) {
 	if n := b.events(t, queue.EventStaleWriteRejected); n != 6 {
 		t.Errorf("stale_write_rejected events = %d, want 6", n)
 	}
-	if err := queue.Complete(b.ctx, b.db.Pool, claimedB[0].Lease()); err != nil {
+	if err := queue.Complete(b.ctx, b.db.Pool, queue.LeaseOf(claimedB[0])); err != nil {
 		t.Fatalf("B complete: %v", err)
 	}
 	if got := b.job(t, j.ID); got.State != queue.StateCompleted || got.FinishedAt == nil {
@@ -138,7 +138,7 @@ func TestClaimedRowsEqualStoredRows(t *testing.T) {
 	if len(first) != 1 || first[0].ID != failed.ID {
 		t.Fatalf("claimed %v, want job %d", first, failed.ID)
 	}
-	if _, err := queue.Fail(b.ctx, b.db.Pool, first[0].Lease(), queue.FailParams{Err: "boom"}); err != nil {
+	if _, err := queue.Fail(b.ctx, b.db.Pool, queue.LeaseOf(first[0]), queue.FailParams{Err: "boom"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := b.db.Pool.Exec(b.ctx, `UPDATE fenceq_jobs SET run_at = now(), state = 'available' WHERE id = $1`, failed.ID); err != nil {
@@ -192,7 +192,7 @@ func TestWorkerStatementsAreNotPreparedByName(t *testing.T) {
 		if err != nil || len(jobs) != 1 {
 			t.Fatalf("claim: %d jobs, %v", len(jobs), err)
 		}
-		l := jobs[0].Lease()
+		l := queue.LeaseOf(jobs[0])
 		if _, err := queue.Heartbeat(b.ctx, conn, "w", []queue.Lease{l}, time.Minute); err != nil {
 			t.Fatal(err)
 		}

@@ -55,7 +55,7 @@ func TestClaimRaceEveryJobOnce(t *testing.T) {
 					leases := make([]queue.Lease, len(jobs))
 					mu.Lock()
 					for i, j := range jobs {
-						leases[i] = j.Lease()
+						leases[i] = queue.LeaseOf(j)
 						seen[j.ID]++
 						claims = append(claims, claim{j.ID, j.LeaseGen})
 					}
@@ -119,7 +119,7 @@ func TestReaperVersusCommitRaceExactlyOneWins(t *testing.T) {
 		if len(claimed) != 1 || claimed[0].ID != j.ID {
 			t.Fatalf("iteration %d: claim %+v", i, claimed)
 		}
-		l := claimed[0].Lease()
+		l := queue.LeaseOf(claimed[0])
 		var wg sync.WaitGroup
 		var commitErr error
 		var revs []queue.Revocation
@@ -127,7 +127,7 @@ func TestReaperVersusCommitRaceExactlyOneWins(t *testing.T) {
 		wg.Add(2)
 		go func() {
 			defer wg.Done()
-			commitErr = queue.FencedCommit(b.ctx, b.db.Pool, l, func(ctx context.Context, tx pgx.Tx) error {
+			commitErr = queue.WithLease(b.ctx, b.db.Pool, l, queue.LeaseTx{Complete: true}, func(ctx context.Context, tx pgx.Tx) error {
 				_, err := tx.Exec(ctx, `INSERT INTO results (job_id, lease_gen) VALUES ($1, $2)`, l.JobID, l.Gen)
 				return err
 			})
@@ -205,8 +205,8 @@ func TestFencedCommitHoldsOffReaper(t *testing.T) {
 
 	t.Run("CommitWins", func(t *testing.T) {
 		j := b.insert(t, queue.InsertParams{Kind: "fence"})
-		l := b.claim(t, "holder", 1, 200*time.Millisecond)[0].Lease()
-		err := queue.FencedCommit(b.ctx, b.db.Pool, l, func(ctx context.Context, tx pgx.Tx) error {
+		l := queue.LeaseOf(b.claim(t, "holder", 1, 200*time.Millisecond)[0])
+		err := queue.WithLease(b.ctx, b.db.Pool, l, queue.LeaseTx{Complete: true}, func(ctx context.Context, tx pgx.Tx) error {
 			// Inside the fence: the holder "pauses" until its lease has expired by the
 			// database's clock, then the reaper runs.
 			waitExpired(t, j.ID)
@@ -232,14 +232,14 @@ func TestFencedCommitHoldsOffReaper(t *testing.T) {
 	})
 	t.Run("ReaperWins", func(t *testing.T) {
 		j := b.insert(t, queue.InsertParams{Kind: "fence"})
-		l := b.claim(t, "holder", 1, 50*time.Millisecond)[0].Lease()
+		l := queue.LeaseOf(b.claim(t, "holder", 1, 50*time.Millisecond)[0])
 		waitExpired(t, j.ID)
 		revs, err := queue.Reap(b.ctx, b.db.Pool, queue.ReapParams{})
 		if err != nil || len(revs) != 1 {
 			t.Fatalf("reap: %+v %v", revs, err)
 		}
 		called := false
-		err = queue.FencedCommit(b.ctx, b.db.Pool, l, func(ctx context.Context, tx pgx.Tx) error {
+		err = queue.WithLease(b.ctx, b.db.Pool, l, queue.LeaseTx{Complete: true}, func(ctx context.Context, tx pgx.Tx) error {
 			called = true
 			return nil
 		})

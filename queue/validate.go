@@ -22,25 +22,27 @@ const (
 
 // ValidateQueue checks a queue name: 1–64 characters of ASCII letters, digits and
 // "_ . : -", starting with a letter or digit.
-func ValidateQueue(name string) error { return validateName("queue", name, MaxQueueLen) }
+func ValidateQueue(name string) error { return ValidateName("queue", name, MaxQueueLen) }
 
 // ValidateKind checks a job kind with the same charset as queue names, up to 128
 // characters.
-func ValidateKind(kind string) error { return validateName("kind", kind, MaxKindLen) }
+func ValidateKind(kind string) error { return ValidateName("kind", kind, MaxKindLen) }
 
-func validateName(field, s string, max int) error {
+// ValidateName checks a name of up to max characters: ASCII letters, digits and
+// "_ . : -", starting with a letter or digit. Errors name field.
+func ValidateName(field, s string, max int) error {
 	if s == "" {
 		return invalid(field, "must not be empty")
 	}
 	if len(s) > max {
-		return invalid(field, "%q is %d characters, longer than %d", truncate(s, 40), len(s), max)
+		return invalid(field, "%q is %d characters, longer than %d", StorableText(s, 40), len(s), max)
 	}
 	for i, r := range s {
 		ok := r < utf8.RuneSelf && (r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' ||
 			(i > 0 && (r == '_' || r == '.' || r == ':' || r == '-')))
 		if !ok {
 			return invalid(field, "%q: character %q at position %d is not allowed (use letters, digits and _ . : -, starting with a letter or digit)",
-				truncate(s, 40), r, i)
+				StorableText(s, 40), r, i)
 		}
 	}
 	return nil
@@ -107,10 +109,10 @@ func jsonKind(b byte) string {
 	}
 }
 
-// truncate makes s storable in a text column and at most n bytes (plus "…"): invalid
-// UTF-8 becomes U+FFFD, NUL bytes are dropped (PostgreSQL rejects both, and a failure
+// StorableText makes s storable in a text column and at most n bytes (plus "…"): invalid
+// UTF-8 becomes U+FFFD and NUL bytes are dropped (PostgreSQL rejects both, and a failure
 // whose error text held them could not be recorded), and a cut never splits a character.
-func truncate(s string, n int) string {
+func StorableText(s string, n int) string {
 	s = strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "")
 	if len(s) <= n {
 		return s

@@ -11,13 +11,13 @@ ON CONFLICT (id) DO UPDATE SET host = EXCLUDED.host, pid = EXCLUDED.pid,
 const sqlDeregisterWorker = `DELETE FROM fenceq_workers WHERE id = $1`
 
 // Stale workers are removed only when they hold no running job.
-const sqlDeleteStaleWorkers = `
+var sqlDeleteStaleWorkers = `
 DELETE FROM fenceq_workers w
 WHERE w.heartbeat_at < now() - $1::bigint * interval '1 microsecond'
-  AND NOT EXISTS (SELECT 1 FROM fenceq_jobs j WHERE j.state = 'running' AND j.leased_by = w.id)`
+  AND NOT EXISTS (SELECT 1 FROM fenceq_jobs j WHERE j.state = ` + sqlRunning + ` AND j.leased_by = w.id)`
 
-const sqlListWorkers = `
+var sqlListWorkers = `
 SELECT w.id, w.host, w.pid, w.queues, w.started_at, w.heartbeat_at,
        extract(epoch FROM now() - w.heartbeat_at)::float8,
-       (SELECT count(*) FROM fenceq_jobs j WHERE j.state = 'running' AND j.leased_by = w.id)
+       (SELECT count(*) FROM fenceq_jobs j WHERE j.state = ` + sqlRunning + ` AND j.leased_by = w.id)
 FROM fenceq_workers w ORDER BY w.started_at, w.id`

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fenceq/fenceq"
 	"github.com/fenceq/fenceq/migrations"
@@ -50,9 +51,21 @@ func (s *fenceqSystem) describe() string {
 	return b.String()
 }
 
-// effectiveConfig is the worker config with the engine's defaults applied.
+// effectiveConfig is the worker config with the engine's defaults applied, as a worker
+// reports it. The pool is never used: it connects lazily, and the worker never starts.
 func (s *fenceqSystem) effectiveConfig() fenceq.Config {
-	return s.workerConfig(nil, nil).WithDefaults()
+	pool, err := pgxpool.New(context.Background(), s.cfg.DatabaseURL)
+	if err != nil {
+		return s.workerConfig(nil, nil)
+	}
+	defer pool.Close()
+	hs := fenceq.NewHandlers()
+	fenceq.AddHandler(hs, func(context.Context, *fenceq.Job[noopArgs]) error { return nil }, nil)
+	w, err := fenceq.NewWorker(pool, s.workerConfig(hs, nil))
+	if err != nil {
+		return s.workerConfig(nil, nil)
+	}
+	return w.Config()
 }
 
 func (s *fenceqSystem) setup(ctx context.Context, e *env) error {
@@ -109,13 +122,13 @@ func (s *fenceqSystem) start(ctx context.Context, e *env, h hooks) (func(context
 	fenceq.AddHandler(hs, func(_ context.Context, j *fenceq.Job[noopArgs]) error {
 		h.started(j.Args.Seq)
 		return nil
-	})
+	}, nil)
 	fenceq.AddHandler(hs, func(ctx context.Context, j *fenceq.Job[fencedArgs]) error {
 		h.started(j.Args.Seq)
 		return j.Commit(ctx, func(ctx context.Context, tx pgx.Tx) error {
 			return writeResult(ctx, tx, j.ID)
 		})
-	})
+	}, nil)
 	w, err := fenceq.NewWorker(e.pool, s.workerConfig(hs, completionCounter{done: h.done}))
 	if err != nil {
 		return nil, err

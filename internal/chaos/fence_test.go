@@ -13,9 +13,9 @@ import (
 	"github.com/fenceq/fenceq"
 	"github.com/fenceq/fenceq/internal/testutil"
 	"github.com/fenceq/fenceq/internal/verify"
-	"github.com/fenceq/fenceq/jobs/email"
 	"github.com/fenceq/fenceq/jobs/invoice"
 	"github.com/fenceq/fenceq/jobs/order"
+	"github.com/fenceq/fenceq/outbox"
 )
 
 func count(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int64 {
@@ -118,7 +118,7 @@ func TestCommitOutcomeUnknown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := regexp.MustCompile(regexp.QuoteMeta(`"idempotency_key":"`+email.IdempotencyKeyFor(dedupe)+`"`)).FindAll(mail, -1); len(n) != 1 {
+	if n := regexp.MustCompile(regexp.QuoteMeta(`"idempotency_key":"`+outbox.DeliveryKey(dedupe)+`"`)).FindAll(mail, -1); len(n) != 1 {
 		t.Fatalf("the mail file holds %d messages with the order's key; want 1", len(n))
 	}
 	rep, err := verify.Run(ctx, env.Pool, verify.Options{ExpectedJobs: []int64{jobID}, RequireFinal: true})

@@ -20,6 +20,7 @@ import (
 	"github.com/fenceq/fenceq/jobs/email"
 	"github.com/fenceq/fenceq/jobs/invoice"
 	"github.com/fenceq/fenceq/jobs/order"
+	"github.com/fenceq/fenceq/outbox"
 	"github.com/fenceq/fenceq/queue"
 )
 
@@ -308,8 +309,8 @@ func (w *naiveWorker) run(ctx context.Context, id int64, kind string, args []byt
 		}
 		_, _, err := NaivePlaceOrder(ctx, w.pool, a.IdempotencyKey, a.Request, id, w.rng.duration(w.cfg.OrderDelay))
 		return err
-	case queue.OutboxDeliverKind:
-		var a queue.OutboxDeliverArgs
+	case outbox.DeliverKind:
+		var a outbox.DeliverArgs
 		if err := json.Unmarshal(args, &a); err != nil {
 			return err
 		}
@@ -374,7 +375,7 @@ func (w *naiveWorker) invoice(ctx context.Context, jobID int64, a invoice.Args) 
 	if err != nil {
 		return err
 	}
-	if _, err := queue.InsertOutbox(ctx, tx, queue.OutboxParams{Topic: email.TopicEmail,
+	if _, err := outbox.Insert(ctx, tx, outbox.Message{Topic: email.TopicEmail,
 		DedupeKey: invoice.EmailDedupeKey(invoiceID), Payload: payload, JobID: jobID}); err != nil {
 		return err
 	}
@@ -396,7 +397,7 @@ func (w *naiveWorker) deliver(ctx context.Context, outboxID int64) error {
 		return fmt.Errorf("outbox row %d: %w", outboxID, err)
 	}
 	m.MessageID = email.MessageIDFor(key, "")
-	m.IdempotencyKey = email.IdempotencyKeyFor(key)
+	m.IdempotencyKey = outbox.DeliveryKey(key)
 	if err := w.mailer.Send(ctx, m); err != nil {
 		return err
 	}
@@ -448,7 +449,7 @@ func NaivePlaceOrder(ctx context.Context, pool *pgxpool.Pool, key string, req or
 	if err != nil {
 		return 0, false, err
 	}
-	if _, err := queue.InsertOutbox(ctx, tx, queue.OutboxParams{Topic: email.TopicEmail,
+	if _, err := outbox.Insert(ctx, tx, outbox.Message{Topic: email.TopicEmail,
 		DedupeKey: order.EmailDedupePrefix + fmt.Sprint(id), Payload: payload, JobID: jobID}); err != nil {
 		return 0, false, err
 	}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/fenceq/fenceq/internal/redact"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +12,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/fenceq/fenceq/internal/redact"
 )
 
 // BuildBinary builds ./cmd/fenceq of the module that holds the current directory (found

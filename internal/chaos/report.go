@@ -17,6 +17,7 @@ import (
 
 	"github.com/fenceq/fenceq/internal/verify"
 	"github.com/fenceq/fenceq/jobs/email"
+	"github.com/fenceq/fenceq/outbox"
 	"github.com/fenceq/fenceq/queue"
 )
 
@@ -208,7 +209,7 @@ func collect(ctx context.Context, in collectInput) (*Report, error) {
 		return nil, fmt.Errorf("chaos: report: claims: %w", err)
 	}
 
-	for _, k := range queue.LeaseEventKinds {
+	for _, k := range queue.LeaseEventKinds() {
 		r.LeaseEvents[string(k)] = 0
 	}
 	rows, err = db.Query(ctx, sqlLeaseEventCounts)
@@ -409,7 +410,7 @@ func (r *Report) countEmails(ctx context.Context, e *Env) error {
 		return fmt.Errorf("chaos: report: delivered outbox rows: %w", err)
 	}
 	for _, k := range keys {
-		if seen[email.IdempotencyKeyFor(k)] == 0 {
+		if seen[outbox.DeliveryKey(k)] == 0 {
 			r.Emails.NotReceived++
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/fenceq/fenceq"
 	"github.com/fenceq/fenceq/internal/dbtest"
 	"github.com/fenceq/fenceq/internal/metrics"
+	"github.com/fenceq/fenceq/outbox"
 	"github.com/fenceq/fenceq/queue"
 )
 
@@ -118,7 +119,7 @@ func TestDBCollector(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := queue.InsertOutbox(ctx, tx, queue.OutboxParams{Topic: "email", DedupeKey: "k:1"}); err != nil {
+	if _, err := outbox.Insert(ctx, tx, outbox.Message{Topic: "email", DedupeKey: "k:1"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Commit(ctx); err != nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/fenceq/fenceq/internal/dbtest"
 	"github.com/fenceq/fenceq/internal/verify"
+	"github.com/fenceq/fenceq/outbox"
 	"github.com/fenceq/fenceq/queue"
 )
 
@@ -134,7 +135,7 @@ func TestOutboxRowPerInvoice(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := queue.InsertOutbox(b.ctx, tx, queue.OutboxParams{Topic: "email",
+	if _, err := outbox.Insert(b.ctx, tx, outbox.Message{Topic: "email",
 		DedupeKey: verify.InvoiceEmailPrefix + strconv.FormatInt(id, 10)}); err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +195,7 @@ func TestStrandedOutboxRow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := queue.InsertOutbox(b.ctx, tx, queue.OutboxParams{Topic: "email", DedupeKey: "x:1"})
+	res, err := outbox.Insert(b.ctx, tx, outbox.Message{Topic: "email", DedupeKey: "x:1"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -71,7 +71,7 @@ func ValidateSleep(raw []byte) error {
 
 // Register adds the noop and sleep handlers.
 func Register(hs *fenceq.Handlers) {
-	fenceq.AddHandler(hs, func(context.Context, *fenceq.Job[NoopArgs]) error { return nil })
+	fenceq.AddHandler(hs, func(context.Context, *fenceq.Job[NoopArgs]) error { return nil }, nil)
 	fenceq.AddHandler(hs, func(ctx context.Context, job *fenceq.Job[SleepArgs]) error {
 		d := time.Duration(job.Args.Duration)
 		if d < 0 || d > MaxSleep {
@@ -85,5 +85,5 @@ func Register(hs *fenceq.Handlers) {
 		case <-ctx.Done():
 			return fmt.Errorf("sleep interrupted after less than %s: %w", d, context.Cause(ctx))
 		}
-	})
+	}, nil)
 }

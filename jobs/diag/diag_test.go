@@ -48,8 +48,8 @@ func TestSleepAndNoop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if string(sleep.Job.Args) != `{"duration": "1h0m0s"}` {
-		t.Errorf("sleep args stored as %s", sleep.Job.Args)
+	if string(sleep.Job.EncodedArgs) != `{"duration": "1h0m0s"}` {
+		t.Errorf("sleep args stored as %s", sleep.Job.EncodedArgs)
 	}
 	if err := w.Start(ctx); err != nil {
 		t.Fatal(err)

@@ -42,6 +42,9 @@ func (e *PermanentError) Error() string {
 // Unwrap returns Err, for errors.Is and errors.As.
 func (e *PermanentError) Unwrap() error { return e.Err }
 
+// Permanent reports true, so that outbox.IsPermanent recognizes the error.
+func (e *PermanentError) Permanent() bool { return true }
+
 // IsPermanent reports whether err is a permanent delivery failure: a *PermanentError,
 // or an SMTP reply with a 5xx code anywhere in its chain.
 func IsPermanent(err error) bool {

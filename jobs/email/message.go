@@ -1,6 +1,6 @@
-// Package email delivers the outbox rows of topic "email": the relay that runs inside a
-// fenceq worker as the handler of queue.OutboxDeliverKind, and the Mailer it sends
-// through (SMTP, or a file of JSON lines for local runs).
+// Package email delivers the outbox rows of topic "email": the outbox.Deliverer that an
+// outbox.Relay calls for them, and the Mailer it sends through (SMTP, or a file of JSON
+// lines for local runs).
 //
 // # Exactly once, as far as the outside world allows
 //
@@ -151,17 +151,6 @@ func MessageIDFor(dedupeKey, domain string) string {
 	}
 	sum := sha256.Sum256([]byte("fenceq-outbox:" + dedupeKey))
 	return "<" + hex.EncodeToString(sum[:16]) + "@" + domain + ">"
-}
-
-// IdempotencyKeyFor derives the Idempotency-Key header of an outbox row: the dedupe key
-// itself when it is printable ASCII without spaces and at most 200 bytes, else
-// "sha256:" and the hex SHA-256 of it.
-func IdempotencyKeyFor(dedupeKey string) string {
-	if dedupeKey != "" && len(dedupeKey) <= 200 && printableASCII(dedupeKey, false) {
-		return dedupeKey
-	}
-	sum := sha256.Sum256([]byte(dedupeKey))
-	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
 // Envelope returns the bare addresses of the recipients, for SMTP RCPT TO.

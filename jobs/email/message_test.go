@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fenceq/fenceq/jobs/email"
+	"github.com/fenceq/fenceq/outbox"
 )
 
 func TestMessageBytesAreDeterministicWithDerivedHeaders(t *testing.T) {
@@ -21,7 +22,7 @@ func TestMessageBytesAreDeterministicWithDerivedHeaders(t *testing.T) {
 		Text:           "Total: 12.34 USD\nDanke schön.",
 		Headers:        map[string]string{"X-Invoice-Id": "42"},
 		MessageID:      email.MessageIDFor("invoice-email:42", ""),
-		IdempotencyKey: email.IdempotencyKeyFor("invoice-email:42"),
+		IdempotencyKey: outbox.DeliveryKey("invoice-email:42"),
 		Date:           date,
 	}
 	a, err := m.Bytes("Billing <billing@example.com>")
@@ -82,11 +83,11 @@ func TestDerivedKeysAreStablePerDedupeKey(t *testing.T) {
 	if !strings.HasPrefix(a1, "<") || !strings.HasSuffix(a1, "@example.com>") || len(a1) != len("<@example.com>")+32 {
 		t.Fatalf("Message-ID shape: %q", a1)
 	}
-	if got := email.IdempotencyKeyFor("order-email:9"); got != "order-email:9" {
+	if got := outbox.DeliveryKey("order-email:9"); got != "order-email:9" {
 		t.Errorf("plain key = %q", got)
 	}
-	spaced := email.IdempotencyKeyFor("key with spaces é")
-	if !strings.HasPrefix(spaced, "sha256:") || spaced != email.IdempotencyKeyFor("key with spaces é") {
+	spaced := outbox.DeliveryKey("key with spaces é")
+	if !strings.HasPrefix(spaced, "sha256:") || spaced != outbox.DeliveryKey("key with spaces é") {
 		t.Errorf("hashed key = %q", spaced)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/fenceq/fenceq/internal/testutil"
 	"github.com/fenceq/fenceq/jobs/email"
 	"github.com/fenceq/fenceq/jobs/email/emailtest"
+	"github.com/fenceq/fenceq/outbox"
 	"github.com/fenceq/fenceq/queue"
 )
 
@@ -64,20 +65,20 @@ func (f mailerFunc) Send(ctx context.Context, m email.Message) error { return f(
 
 // startRelay runs a worker that serves only the outbox queue with the relay.
 func (b *relayBundle) startRelay(t *testing.T, pool *pgxpool.Pool, id string, mailer email.Mailer, lease time.Duration,
-	tune ...func(*email.RelayConfig)) *fenceq.Worker {
+	tune ...func(*outbox.RelayConfig)) *fenceq.Worker {
 	t.Helper()
 	hs := fenceq.NewHandlers()
-	cfg := email.RelayConfig{Pool: pool, Mailer: mailer, Logger: testutil.QuietLogger(), Metrics: b.metrics,
+	cfg := outbox.RelayConfig{Pool: pool, Logger: testutil.QuietLogger(), Metrics: b.metrics,
 		Backoff: &queue.Backoff{Base: 50 * time.Millisecond, Max: 200 * time.Millisecond}}
 	for _, f := range tune {
 		f(&cfg)
 	}
-	err := email.Register(hs, cfg)
+	_, err := email.RegisterRelay(hs, cfg, email.DelivererConfig{Mailer: mailer})
 	if err != nil {
 		t.Fatalf("register relay: %v", err)
 	}
 	return testutil.StartWorker(b.ctx, t, pool, fenceq.Config{
-		Handlers: hs, ID: id, Queues: map[string]fenceq.QueueConfig{queue.OutboxQueue: {MaxWorkers: 4}},
+		Handlers: hs, ID: id, Queues: map[string]fenceq.QueueConfig{outbox.Queue: {MaxWorkers: 4}},
 		LeaseDuration: lease, ReaperInterval: lease / 4, PollInterval: 50 * time.Millisecond, Logger: testutil.QuietLogger(),
 	})
 }
@@ -88,7 +89,7 @@ func (b *relayBundle) insertEmails(t *testing.T, maxAttempts int, payloads ...st
 	var ids []int64
 	err := pgx.BeginFunc(b.ctx, b.db.Pool, func(tx pgx.Tx) error {
 		for i, p := range payloads {
-			res, err := queue.InsertOutbox(b.ctx, tx, queue.OutboxParams{Topic: email.TopicEmail,
+			res, err := outbox.Insert(b.ctx, tx, outbox.Message{Topic: email.TopicEmail,
 				DedupeKey: fmt.Sprintf("test-email:%d:%d", time.Now().UnixNano(), i), Payload: []byte(p), MaxAttempts: maxAttempts})
 			if err != nil {
 				return err
@@ -103,16 +104,16 @@ func (b *relayBundle) insertEmails(t *testing.T, maxAttempts int, payloads ...st
 	return ids
 }
 
-func (b *relayBundle) row(t *testing.T, id int64) *queue.OutboxRow {
+func (b *relayBundle) row(t *testing.T, id int64) *outbox.Row {
 	t.Helper()
-	o, err := queue.GetOutbox(b.ctx, b.db.Pool, id)
+	o, err := outbox.Get(b.ctx, b.db.Pool, id)
 	if err != nil {
 		t.Fatalf("get outbox row %d: %v", id, err)
 	}
 	return o
 }
 
-func (b *relayBundle) waitRow(t *testing.T, id int64, want queue.OutboxState, within time.Duration) *queue.OutboxRow {
+func (b *relayBundle) waitRow(t *testing.T, id int64, want outbox.State, within time.Duration) *outbox.Row {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for {
@@ -164,8 +165,8 @@ func TestRelayDeliversWithDerivedHeadersAndRetriesTransientErrors(t *testing.T) 
 	b.startRelay(t, b.db.NewPool(t, 4), "relay-1", b.mailer, 2*time.Second)
 	ids := b.insertEmails(t, 0, payload("ada@example.com"), payload("flaky@example.com"))
 
-	ok := b.waitRow(t, ids[0], queue.OutboxDelivered, 10*time.Second)
-	flaky := b.waitRow(t, ids[1], queue.OutboxDelivered, 10*time.Second)
+	ok := b.waitRow(t, ids[0], outbox.StateDelivered, 10*time.Second)
+	flaky := b.waitRow(t, ids[1], outbox.StateDelivered, 10*time.Second)
 	if ok.Attempt != 1 || ok.LeasedBy == nil || *ok.LeasedBy != "relay-1" || ok.DeliveryJobState != queue.StateCompleted {
 		t.Fatalf("delivered row: %+v", ok)
 	}
@@ -181,13 +182,13 @@ func TestRelayDeliversWithDerivedHeadersAndRetriesTransientErrors(t *testing.T) 
 		t.Fatalf("server accepted %d messages, want 2", len(got))
 	}
 	for _, r := range got {
-		var row *queue.OutboxRow
-		for _, o := range []*queue.OutboxRow{ok, flaky} {
+		var row *outbox.Row
+		for _, o := range []*outbox.Row{ok, flaky} {
 			if r.MessageID == email.MessageIDFor(o.DedupeKey, "") {
 				row = o
 			}
 		}
-		if row == nil || r.IdempotencyKey != email.IdempotencyKeyFor(row.DedupeKey) || r.Subject != "Your invoice" {
+		if row == nil || r.IdempotencyKey != outbox.DeliveryKey(row.DedupeKey) || r.Subject != "Your invoice" {
 			t.Fatalf("message %+v does not carry its row's derived headers", r.Header)
 		}
 	}
@@ -205,18 +206,18 @@ func TestRelayMarksPermanentRejectionsAndLastAttemptsFailed(t *testing.T) {
 	perm := b.insertEmails(t, 0, payload("nobody@example.com"), `{"to": ["not an address"], "subject": "x"}`)
 	last := b.insertEmails(t, 2, payload("full@example.com"))
 
-	rejected := b.waitRow(t, perm[0], queue.OutboxFailed, 10*time.Second)
+	rejected := b.waitRow(t, perm[0], outbox.StateFailed, 10*time.Second)
 	// The row is marked failed under the lease, then the job is discarded: not retried.
 	b.waitJob(t, *rejected.DeliveryJobID, queue.StateDiscarded, 10*time.Second)
 	if rejected.Attempt != 1 || !strings.Contains(deref(rejected.LastError), "550") ||
 		!strings.Contains(deref(rejected.LastError), "no such user here") {
 		t.Fatalf("permanently rejected row: %+v (last error %q)", rejected, deref(rejected.LastError))
 	}
-	invalid := b.waitRow(t, perm[1], queue.OutboxFailed, 10*time.Second)
+	invalid := b.waitRow(t, perm[1], outbox.StateFailed, 10*time.Second)
 	if !strings.Contains(deref(invalid.LastError), "to[0]") {
 		t.Fatalf("invalid payload row: last error %q", deref(invalid.LastError))
 	}
-	exhausted := b.waitRow(t, last[0], queue.OutboxFailed, 10*time.Second)
+	exhausted := b.waitRow(t, last[0], outbox.StateFailed, 10*time.Second)
 	if exhausted.Attempt != 2 || !strings.Contains(deref(exhausted.LastError), "attempt 2 of 2") ||
 		!strings.Contains(deref(exhausted.LastError), "mailbox full") {
 		t.Fatalf("row past its attempts: %+v (last error %q)", exhausted, deref(exhausted.LastError))
@@ -227,16 +228,16 @@ func TestRelayMarksPermanentRejectionsAndLastAttemptsFailed(t *testing.T) {
 	if d, r, f := b.metrics.counts(); d != 0 || r != 1 || f != 3 {
 		t.Fatalf("metrics delivered=%d retried=%d failed=%d, want 0 1 3", d, r, f)
 	}
-	st, err := queue.OutboxStats(b.ctx, b.db.Pool)
+	st, err := outbox.Stats(b.ctx, b.db.Pool)
 	if err != nil || st.Failed != 3 || st.Pending != 0 {
 		t.Fatalf("outbox stats: %+v %v", st, err)
 	}
 	// Failed rows are kept and can be retried by an operator once the cause is fixed.
 	b.smtp.RejectRecipient("full@example.com", 452, "mailbox full", 0)
-	if _, err := queue.RetryOutbox(b.ctx, b.db.Pool, last[0]); err != nil {
+	if _, err := outbox.Retry(b.ctx, b.db.Pool, last[0]); err != nil {
 		t.Fatalf("retry: %v", err)
 	}
-	retried := b.waitRow(t, last[0], queue.OutboxDelivered, 10*time.Second)
+	retried := b.waitRow(t, last[0], outbox.StateDelivered, 10*time.Second)
 	if retried.Attempt != 3 {
 		t.Fatalf("retried row: attempt %d, want 3", retried.Attempt)
 	}
@@ -276,7 +277,7 @@ func TestRelayKilledAfterAcceptRedeliversWithSameMessageID(t *testing.T) {
 		t.Fatal("relay A never sent the message")
 	}
 	before := b.row(t, id)
-	if before.State != queue.OutboxPending || before.LeasedBy == nil || *before.LeasedBy != "relay-A" || before.Attempt != 1 {
+	if before.State != outbox.StatePending || before.LeasedBy == nil || *before.LeasedBy != "relay-A" || before.Attempt != 1 {
 		t.Fatalf("row after A's send: %+v", before)
 	}
 	genA := before.LeaseGen
@@ -286,7 +287,7 @@ func TestRelayKilledAfterAcceptRedeliversWithSameMessageID(t *testing.T) {
 
 	// Another relay takes over once A's lease expires.
 	b.startRelay(t, b.db.NewPool(t, 4), "relay-B", b.mailer, lease)
-	after := b.waitRow(t, id, queue.OutboxDelivered, 15*time.Second)
+	after := b.waitRow(t, id, outbox.StateDelivered, 15*time.Second)
 	if after.LeasedBy == nil || *after.LeasedBy != "relay-B" || after.LeaseGen <= genA || after.Attempt != 2 {
 		t.Fatalf("row delivered by B: %+v (A held generation %d)", after, genA)
 	}
@@ -328,7 +329,7 @@ func TestRelayKilledAfterAcceptRedeliversWithSameMessageID(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if final := b.row(t, id); final.State != queue.OutboxDelivered || final.LeaseGen != after.LeaseGen || final.Attempt != 2 {
+	if final := b.row(t, id); final.State != outbox.StateDelivered || final.LeaseGen != after.LeaseGen || final.Attempt != 2 {
 		t.Fatalf("row changed after A's rejected write: %+v", final)
 	}
 }
@@ -349,7 +350,7 @@ func TestTwoRelaysNeverDeliverOneRowConcurrently(t *testing.T) {
 
 	by := map[string]int{}
 	for _, id := range ids {
-		o := b.waitRow(t, id, queue.OutboxDelivered, 20*time.Second)
+		o := b.waitRow(t, id, outbox.StateDelivered, 20*time.Second)
 		if o.Attempt != 1 || o.LeasedBy == nil {
 			t.Fatalf("row %d: %+v", id, o)
 		}
@@ -379,7 +380,7 @@ func TestRelayOrphanedRowIsFailedThenRetried(t *testing.T) {
 	t.Parallel()
 	b := setupRelay(t)
 	id := b.insertEmails(t, 1, payload("ada@example.com"))[0]
-	jobs, err := queue.Claim(b.ctx, b.db.Pool, queue.ClaimParams{Queue: queue.OutboxQueue, WorkerID: "crashed", Limit: 1, Lease: time.Minute})
+	jobs, err := queue.Claim(b.ctx, b.db.Pool, queue.ClaimParams{Queue: outbox.Queue, WorkerID: "crashed", Limit: 1, Lease: time.Minute})
 	if err != nil || len(jobs) != 1 {
 		t.Fatalf("claim: %v %d", err, len(jobs))
 	}
@@ -389,20 +390,20 @@ func TestRelayOrphanedRowIsFailedThenRetried(t *testing.T) {
 	if revs, err := queue.Reap(b.ctx, b.db.Pool, queue.ReapParams{HolderFresh: time.Second}); err != nil || len(revs) != 1 || revs[0].State != queue.StateDiscarded {
 		t.Fatalf("reap: %v %+v", err, revs)
 	}
-	if st, _ := queue.OutboxStats(b.ctx, b.db.Pool); st.Orphaned != 1 || st.Pending != 1 {
+	if st, _ := outbox.Stats(b.ctx, b.db.Pool); st.Orphaned != 1 || st.Pending != 1 {
 		t.Fatalf("stats: %+v", st)
 	}
-	if swept, err := queue.FailOrphanedOutbox(b.ctx, b.db.Pool, 10); err != nil || len(swept) != 1 {
+	if swept, err := outbox.FailOrphaned(b.ctx, b.db.Pool, 10); err != nil || len(swept) != 1 {
 		t.Fatalf("sweep: %v %v", swept, err)
 	}
-	if o := b.row(t, id); o.State != queue.OutboxFailed || !strings.Contains(deref(o.LastError), "discarded") {
+	if o := b.row(t, id); o.State != outbox.StateFailed || !strings.Contains(deref(o.LastError), "discarded") {
 		t.Fatalf("swept row: %+v", o)
 	}
 	b.startRelay(t, b.db.NewPool(t, 4), "relay-1", b.mailer, 2*time.Second)
-	if _, err := queue.RetryOutbox(b.ctx, b.db.Pool, id); err != nil {
+	if _, err := outbox.Retry(b.ctx, b.db.Pool, id); err != nil {
 		t.Fatal(err)
 	}
-	b.waitRow(t, id, queue.OutboxDelivered, 10*time.Second)
+	b.waitRow(t, id, outbox.StateDelivered, 10*time.Second)
 	if n := len(b.smtp.Received()); n != 1 {
 		t.Fatalf("server accepted %d messages, want 1", n)
 	}
@@ -411,21 +412,21 @@ func TestRelayOrphanedRowIsFailedThenRetried(t *testing.T) {
 func TestRegisterValidatesConfig(t *testing.T) {
 	t.Parallel()
 	hs := fenceq.NewHandlers()
-	if err := email.Register(hs, email.RelayConfig{}); err == nil || !strings.Contains(err.Error(), "Pool") {
+	if _, err := email.RegisterRelay(hs, outbox.RelayConfig{}, email.DelivererConfig{}); err == nil || !strings.Contains(err.Error(), "Pool") {
 		t.Fatalf("no pool: %v", err)
 	}
 	db := dbtest.New(t, dbtest.Options{MaxConns: 1, NoMigrate: true})
-	if err := email.Register(hs, email.RelayConfig{Pool: db.Pool}); err == nil || !strings.Contains(err.Error(), "Mailer") {
+	if _, err := email.RegisterRelay(hs, outbox.RelayConfig{Pool: db.Pool}, email.DelivererConfig{}); err == nil || !strings.Contains(err.Error(), "Mailer") {
 		t.Fatalf("no mailer: %v", err)
 	}
 	fm, err := email.NewFileMailer("-")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := email.Register(hs, email.RelayConfig{Pool: db.Pool, Mailer: fm}); err != nil {
+	if _, err := email.RegisterRelay(hs, outbox.RelayConfig{Pool: db.Pool}, email.DelivererConfig{Mailer: fm}); err != nil {
 		t.Fatal(err)
 	}
-	if err := email.Register(hs, email.RelayConfig{Pool: db.Pool, Mailer: fm}); err == nil {
+	if _, err := email.RegisterRelay(hs, outbox.RelayConfig{Pool: db.Pool}, email.DelivererConfig{Mailer: fm}); err == nil {
 		t.Fatal("registered the relay twice")
 	}
 }
@@ -447,9 +448,9 @@ func TestRelaySlowSendIsStillMarkedDelivered(t *testing.T) {
 			return ctx.Err()
 		}
 	})
-	b.startRelay(t, b.db.Pool, "slow-relay", slow, 10*time.Second, func(c *email.RelayConfig) { c.WriteTimeout = writeTimeout })
+	b.startRelay(t, b.db.Pool, "slow-relay", slow, 10*time.Second, func(c *outbox.RelayConfig) { c.WriteTimeout = writeTimeout })
 	ids := b.insertEmails(t, 3, payload("slow@example.com"))
-	b.waitRow(t, ids[0], queue.OutboxDelivered, 20*time.Second)
+	b.waitRow(t, ids[0], outbox.StateDelivered, 20*time.Second)
 	if n := sends.Load(); n != 1 {
 		t.Fatalf("message sent %d times, want once", n)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/fenceq/fenceq/jobs/email"
 	"github.com/fenceq/fenceq/jobs/email/emailtest"
+	"github.com/fenceq/fenceq/outbox"
 )
 
 func newSMTP(t *testing.T, cfg email.SMTPConfig) *email.SMTPMailer {
@@ -30,7 +31,7 @@ func newSMTP(t *testing.T, cfg email.SMTPConfig) *email.SMTPMailer {
 func testMessage(to ...string) email.Message {
 	return email.Message{
 		To: to, Subject: "Your invoice", Text: "Total: 1.00 USD\n.\nA line with a lone dot above.",
-		MessageID: email.MessageIDFor("k:1", ""), IdempotencyKey: email.IdempotencyKeyFor("k:1"),
+		MessageID: email.MessageIDFor("k:1", ""), IdempotencyKey: outbox.DeliveryKey("k:1"),
 		Date: time.Date(2025, 2, 1, 0, 0, 0, 0, time.UTC),
 	}
 }

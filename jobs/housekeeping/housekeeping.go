@@ -20,6 +20,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fenceq/fenceq"
+	"github.com/fenceq/fenceq/idempotency"
+	"github.com/fenceq/fenceq/outbox"
 	"github.com/fenceq/fenceq/queue"
 )
 
@@ -103,7 +105,7 @@ func Register(hs *fenceq.Handlers, cfg Config) error {
 		if n > 0 {
 			log.Info("deleted expired idempotency keys", "deleted", n, "job_id", job.ID)
 		}
-		orphans, err := queue.FailOrphanedOutbox(ctx, c.Pool, c.BatchSize)
+		orphans, err := outbox.FailOrphaned(ctx, c.Pool, c.BatchSize)
 		if err != nil {
 			return err
 		}
@@ -112,7 +114,7 @@ func Register(hs *fenceq.Handlers, cfg Config) error {
 				"outbox_id", id)
 		}
 		return fenceq.JobSnooze(c.Interval)
-	})
+	}, nil)
 }
 
 // Schedule enqueues the cleanup job to run now, unless one is already pending (then
@@ -134,7 +136,7 @@ func CleanupIdempotencyKeys(ctx context.Context, db queue.DBTX, batchSize, maxBa
 	}
 	var total int64
 	for i := 0; maxBatches <= 0 || i < maxBatches; i++ {
-		n, err := queue.DeleteExpiredIdempotencyKeys(ctx, db, batchSize)
+		n, err := idempotency.DeleteExpired(ctx, db, batchSize)
 		total += n
 		if err != nil {
 			return total, err

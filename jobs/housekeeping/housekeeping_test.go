@@ -8,9 +8,11 @@ import (
 	"time"
 
 	"github.com/fenceq/fenceq"
+	"github.com/fenceq/fenceq/idempotency"
 	"github.com/fenceq/fenceq/internal/dbtest"
 	"github.com/fenceq/fenceq/internal/testutil"
 	"github.com/fenceq/fenceq/jobs/housekeeping"
+	"github.com/fenceq/fenceq/outbox"
 	"github.com/fenceq/fenceq/queue"
 )
 
@@ -35,13 +37,13 @@ func (b *testBundle) key(t *testing.T, k string, ttl time.Duration, finish bool)
 		t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback(b.ctx) }()
-	h, _ := queue.HashRequest(k)
-	res, err := queue.ClaimIdempotencyKey(b.ctx, tx, queue.ClaimKeyParams{Scope: "hk", Key: k, RequestHash: h, TTL: ttl})
+	h, _ := idempotency.HashRequest(k)
+	res, err := idempotency.Claim(b.ctx, tx, idempotency.ClaimParams{Scope: "hk", Key: k, RequestHash: h, TTL: ttl})
 	if err != nil || !res.Owned {
 		t.Fatalf("claim %q: %v", k, err)
 	}
 	if finish {
-		if _, err := queue.FinishIdempotencyKey(b.ctx, tx, res.Record, queue.IdemResponse{ResourceID: k}); err != nil {
+		if _, err := idempotency.Finish(b.ctx, tx, res.Record, idempotency.Response{ResourceID: k}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -126,7 +128,7 @@ func TestHousekeepingJobRecurs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	orphan, err := queue.InsertOutbox(b.ctx, tx, queue.OutboxParams{Topic: "email", DedupeKey: "hk-orphan", Payload: []byte(`{"to":"a@example.com"}`)})
+	orphan, err := outbox.Insert(b.ctx, tx, outbox.Message{Topic: "email", DedupeKey: "hk-orphan", Payload: []byte(`{"to":"a@example.com"}`)})
 	if err != nil {
 		t.Fatal(err)
 	}

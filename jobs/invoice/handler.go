@@ -33,6 +33,7 @@ import (
 
 	"github.com/fenceq/fenceq"
 	"github.com/fenceq/fenceq/jobs/email"
+	"github.com/fenceq/fenceq/outbox"
 	"github.com/fenceq/fenceq/queue"
 )
 
@@ -40,7 +41,7 @@ import (
 const Kind = "invoice"
 
 // Queue is the queue invoice jobs run on; a worker must serve it (and
-// queue.OutboxQueue, for the emails).
+// outbox.Queue, for the emails).
 const Queue = "billing"
 
 // ErrUnknownCustomer means an invoice job names a customer that does not exist; the job
@@ -134,7 +135,7 @@ type Config struct {
 	// as long as the handler runs, however slow the tax service is.
 	Timeout time.Duration
 	// Backoff overrides the worker's retry policy for invoice jobs.
-	Backoff *queue.Backoff
+	Backoff *fenceq.Backoff
 }
 
 type handler struct {
@@ -177,8 +178,8 @@ func Handler(cfg Config) (fenceq.HandlerFunc[Args], error) {
 }
 
 // HandlerOpts returns the handler options Register uses for cfg.
-func (cfg Config) HandlerOpts() fenceq.HandlerOpts {
-	return fenceq.HandlerOpts{Timeout: cfg.Timeout, Backoff: cfg.Backoff}
+func (cfg Config) HandlerOpts() *fenceq.HandlerOpts {
+	return &fenceq.HandlerOpts{Timeout: cfg.Timeout, Backoff: cfg.Backoff}
 }
 
 // Register adds the invoice handler to hs. The worker must serve Queue.
@@ -333,7 +334,7 @@ func (h *handler) write(ctx context.Context, tx pgx.Tx, job *fenceq.Job[Args], c
 	if err != nil {
 		return 0, false, fmt.Errorf("encode invoice email: %w", err)
 	}
-	if _, err := queue.InsertOutbox(ctx, tx, queue.OutboxParams{Topic: email.TopicEmail,
+	if _, err := outbox.Insert(ctx, tx, outbox.Message{Topic: email.TopicEmail,
 		DedupeKey: EmailDedupeKey(id), Payload: payload, JobID: lease.JobID}); err != nil {
 		return 0, false, fmt.Errorf("write invoice email to the outbox: %w", err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/fenceq/fenceq/jobs/email"
 	"github.com/fenceq/fenceq/jobs/email/emailtest"
 	"github.com/fenceq/fenceq/jobs/invoice"
+	"github.com/fenceq/fenceq/outbox"
 	"github.com/fenceq/fenceq/queue"
 )
 
@@ -132,14 +133,15 @@ func (b *testBundle) startWorker(t *testing.T, o workerOpts) *fenceq.Worker {
 		err := h(ctx, job)
 		b.outcomes.add(outcome{Worker: o.id, Lease: job.Lease(), Args: job.Args, Err: err})
 		return err
-	}, fenceq.HandlerOpts{Backoff: backoff})
-	if err := email.Register(hs, email.RelayConfig{Pool: o.pool, Mailer: b.mailer, Logger: testutil.QuietLogger(), Backoff: backoff}); err != nil {
+	}, &fenceq.HandlerOpts{Backoff: backoff})
+	if _, err := email.RegisterRelay(hs, outbox.RelayConfig{Pool: o.pool, Logger: testutil.QuietLogger(), Backoff: backoff},
+		email.DelivererConfig{Mailer: b.mailer}); err != nil {
 		t.Fatalf("relay: %v", err)
 	}
 	return testutil.StartWorker(b.ctx, t, o.pool, fenceq.Config{
 		Handlers: hs, ID: o.id, LeaseDuration: o.lease, ReaperInterval: o.lease / 4,
 		PollInterval: 50 * time.Millisecond, Logger: testutil.QuietLogger(), Backoff: *backoff,
-		Queues: map[string]fenceq.QueueConfig{invoice.Queue: {MaxWorkers: o.slots}, queue.OutboxQueue: {MaxWorkers: 2}},
+		Queues: map[string]fenceq.QueueConfig{invoice.Queue: {MaxWorkers: o.slots}, outbox.Queue: {MaxWorkers: 2}},
 	})
 }
 

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/fenceq/fenceq/idempotency"
 	"github.com/fenceq/fenceq/queue"
 )
 
@@ -110,11 +111,11 @@ func (s *Service) handlePlace(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, queue.ErrInvalid):
 		writeError(w, http.StatusBadRequest, CodeInvalidBody, err.Error())
 		return
-	case errors.Is(err, queue.ErrKeyReuse):
+	case errors.Is(err, idempotency.ErrKeyReuse):
 		writeError(w, http.StatusUnprocessableEntity, CodeKeyReused,
 			"this Idempotency-Key was already used with a different request; use a new key for a new order")
 		return
-	case errors.Is(err, queue.ErrKeyInFlight):
+	case errors.Is(err, idempotency.ErrKeyInFlight):
 		w.Header().Set("Retry-After", "1")
 		writeError(w, http.StatusConflict, CodeInFlight,
 			"the first request with this Idempotency-Key is still being processed; retry with the same key")

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fenceq/fenceq"
+	"github.com/fenceq/fenceq/idempotency"
 	"github.com/fenceq/fenceq/queue"
 )
 
@@ -51,7 +52,7 @@ func Register(hs *fenceq.Handlers, svc *Service) error {
 			return err
 		})
 		switch {
-		case errors.Is(err, queue.ErrInvalid), errors.Is(err, queue.ErrKeyReuse):
+		case errors.Is(err, queue.ErrInvalid), errors.Is(err, idempotency.ErrKeyReuse):
 			return fenceq.JobDiscard(fmt.Errorf("order.place job %d: %w", job.ID, err))
 		case err != nil:
 			return err
@@ -64,5 +65,5 @@ func Register(hs *fenceq.Handlers, svc *Service) error {
 		svc.cfg.Metrics.Created()
 		log.Info("order placed by job", "order_id", res.Order.ID, "total_cents", res.Order.TotalCents)
 		return nil
-	})
+	}, nil)
 }

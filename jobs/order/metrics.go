@@ -1,22 +1,19 @@
 package order
 
-import "sync/atomic"
+import (
+	"sync/atomic"
 
-// Metrics counts what the idempotency mechanism does, so that operators can alert on
-// the mechanism firing (conflicts, in-flight waits) rather than on its symptoms. Every
-// method must be safe for concurrent use and fast; it is called on the request path.
+	"github.com/fenceq/fenceq/idempotency"
+)
+
+// Metrics counts placed orders and what the idempotency mechanism decided for them
+// (replays, conflicts such as HTTP 422, in-flight waits such as HTTP 409), so that
+// operators can alert on the mechanism firing rather than on its symptoms. Every method
+// must be safe for concurrent use and fast; it is called on the request path.
 type Metrics interface {
+	idempotency.Metrics
 	// Created counts an order placed (committed) by this process.
 	Created()
-	// Replay counts a request answered with the stored result of an earlier one.
-	Replay(scope string)
-	// Conflict counts a key reused with a different request (HTTP 422).
-	Conflict(scope string)
-	// InflightWait counts a request that found its key held by a request still in
-	// flight: it waited for that transaction and then replayed its result, or gave up
-	// past Config.InflightWait (HTTP 409). (A request that waited for a first request
-	// that then rolled back becomes the owner and is not counted: it cannot tell.)
-	InflightWait(scope string)
 }
 
 // NopMetrics counts nothing; it is the default.

@@ -6,12 +6,12 @@
 //
 // Place runs one transaction:
 //
-//	INSERT INTO fenceq_idempotency_keys … ON CONFLICT DO NOTHING RETURNING …  (queue.ClaimIdempotencyKey)
+//	INSERT INTO fenceq_idempotency_keys … ON CONFLICT DO NOTHING RETURNING …  (idempotency.Scope.Do)
 //	  inserted  → INSERT orders, order_items, the confirmation email outbox row,
-//	              store the response (201 + body) on the key (queue.FinishIdempotencyKey)
+//	              store the response (201 + body) on the key
 //	  conflict  → same request hash: replay the stored status and body
-//	              different hash:    queue.ErrKeyReuse (HTTP 422)
-//	  owner still uncommitted after Config.InflightWait: queue.ErrKeyInFlight (HTTP 409)
+//	              different hash:    idempotency.ErrKeyReuse (HTTP 422)
+//	  owner still uncommitted after Config.InflightWait: idempotency.ErrKeyInFlight (HTTP 409)
 //	COMMIT
 //
 // A retry that arrives while the first request's transaction is open waits for it in
@@ -30,6 +30,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/fenceq/fenceq/idempotency"
 	"github.com/fenceq/fenceq/queue"
 )
 
@@ -148,7 +149,7 @@ func (r *Request) Total() int64 {
 
 // Hash is the canonical request hash stored with the idempotency key.
 func (r *Request) Hash() ([]byte, error) {
-	return queue.HashRequest(struct {
+	return idempotency.HashRequest(struct {
 		V int `json:"v"`
 		*Request
 	}{V: 1, Request: r})

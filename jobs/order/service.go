@@ -15,14 +15,17 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/fenceq/fenceq"
+	"github.com/fenceq/fenceq/idempotency"
 	"github.com/fenceq/fenceq/jobs/email"
+	"github.com/fenceq/fenceq/outbox"
 	"github.com/fenceq/fenceq/queue"
 )
 
 // Defaults of Config.
 const (
-	DefaultInflightWait = queue.DefaultIdempotencyWait
-	DefaultKeyTTL       = queue.DefaultIdempotencyTTL
+	DefaultInflightWait = idempotency.DefaultWait
+	DefaultKeyTTL       = idempotency.DefaultTTL
 	DefaultWriteTimeout = 30 * time.Second
 )
 
@@ -44,7 +47,7 @@ type Config struct {
 	// to 24h.
 	KeyTTL time.Duration
 	// InflightWait bounds how long a retry waits for the first request's transaction
-	// before giving up with queue.ErrKeyInFlight (HTTP 409). Defaults to 2s.
+	// before giving up with idempotency.ErrKeyInFlight (HTTP 409). Defaults to 2s.
 	InflightWait time.Duration
 	// WriteTimeout bounds the transaction of Place. Once started, that transaction is
 	// not cancelled with the caller's context (a client hanging up must not turn a
@@ -95,8 +98,9 @@ func (c *Config) withDefaults() (Config, error) {
 
 // Service places and reads orders.
 type Service struct {
-	cfg Config
-	log *slog.Logger
+	cfg   Config
+	log   *slog.Logger
+	scope *idempotency.Scope
 }
 
 // NewService checks cfg and returns a Service.
@@ -105,7 +109,8 @@ func NewService(cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Service{cfg: c, log: c.Logger.With("component", "order")}, nil
+	return &Service{cfg: c, log: c.Logger.With("component", "order"),
+		scope: &idempotency.Scope{Name: Scope, TTL: c.KeyTTL, Wait: c.InflightWait, Metrics: c.Metrics}}, nil
 }
 
 // Result is the outcome of a placement.
@@ -120,11 +125,12 @@ type Result struct {
 	Replayed bool
 }
 
-// Place places req once per idempotency key (see the package documentation). Errors:
-// queue.ErrInvalid for a bad key or request (a *queue.ValidationError naming the
-// field), queue.ErrKeyReuse for a key used with a different request, queue.ErrKeyInFlight
-// when the key's first request is still in flight after Config.InflightWait. Any other
-// error leaves nothing behind; the client may retry with the same key.
+// Place places req once per idempotency key (see the package documentation), in a
+// transaction of its own. Errors: queue.ErrInvalid for a bad key or request (a
+// *queue.ValidationError naming the field), idempotency.ErrKeyReuse for a key used with
+// a different request, idempotency.ErrKeyInFlight when the key's first request is still
+// in flight after Config.InflightWait. Any other error leaves nothing behind; the client
+// may retry with the same key.
 func (s *Service) Place(ctx context.Context, key string, req Request) (*Result, error) {
 	hash, err := checkRequest(key, &req)
 	if err != nil {
@@ -132,22 +138,19 @@ func (s *Service) Place(ctx context.Context, key string, req Request) (*Result, 
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.WriteTimeout)
 	defer cancel()
-	tx, err := s.cfg.Pool.Begin(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("place order with key %q: begin: %w", key, err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	res, err := s.place(ctx, tx, key, &req, hash, nil)
+	res, err := s.run(ctx, key, &req, hash, nil, func(ctx context.Context, w work) (*idempotency.Result, error) {
+		return s.scope.Do(ctx, s.cfg.Pool, key, hash, func(ctx context.Context, tx pgx.Tx) (idempotency.Response, error) {
+			resp, err := w(ctx, tx)
+			if err == nil && s.cfg.BeforeCommit != nil {
+				if err := s.cfg.BeforeCommit(ctx); err != nil {
+					return resp, fmt.Errorf("before commit: %w", err)
+				}
+			}
+			return resp, err
+		})
+	})
 	if err != nil {
 		return nil, err
-	}
-	if !res.Replayed && s.cfg.BeforeCommit != nil {
-		if err := s.cfg.BeforeCommit(ctx); err != nil {
-			return nil, fmt.Errorf("place order with key %q: before commit: %w", key, err)
-		}
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return nil, fmt.Errorf("place order with key %q: commit: %w", key, err)
 	}
 	if !res.Replayed {
 		s.cfg.Metrics.Created()
@@ -161,12 +164,14 @@ func (s *Service) Place(ctx context.Context, key string, req Request) (*Result, 
 // not nil, is recorded on the order (job_id, lease_gen) and the outbox row. On a
 // replay nothing is written. On error, roll tx back. The caller commits and counts the
 // order as created.
-func (s *Service) PlaceTx(ctx context.Context, tx pgx.Tx, key string, req Request, lease *queue.Lease) (*Result, error) {
+func (s *Service) PlaceTx(ctx context.Context, tx pgx.Tx, key string, req Request, lease *fenceq.Lease) (*Result, error) {
 	hash, err := checkRequest(key, &req)
 	if err != nil {
 		return nil, err
 	}
-	return s.place(ctx, tx, key, &req, hash, lease)
+	return s.run(ctx, key, &req, hash, lease, func(ctx context.Context, w work) (*idempotency.Result, error) {
+		return s.scope.DoTx(ctx, tx, key, hash, idempotency.Work(w))
+	})
 }
 
 func checkRequest(key string, req *Request) ([]byte, error) {
@@ -179,50 +184,62 @@ func checkRequest(key string, req *Request) ([]byte, error) {
 	return req.Hash()
 }
 
-func (s *Service) place(ctx context.Context, tx pgx.Tx, key string, req *Request, hash []byte, lease *queue.Lease) (*Result, error) {
+// work is the owner's work: it writes the order (or finds it) in tx.
+type work = func(ctx context.Context, tx pgx.Tx) (idempotency.Response, error)
+
+// run places one order under its key: do runs the work under the key, in a transaction
+// of its own (Place) or the caller's (PlaceTx), and the outcome is read from the key's
+// response.
+func (s *Service) run(ctx context.Context, key string, req *Request, hash []byte, lease *fenceq.Lease,
+	do func(ctx context.Context, w work) (*idempotency.Result, error)) (*Result, error) {
 	log := s.log.With("idempotency_key", key)
-	claim, err := queue.ClaimIdempotencyKey(ctx, tx, queue.ClaimKeyParams{
-		Scope: Scope, Key: key, RequestHash: hash, TTL: s.cfg.KeyTTL, Wait: s.cfg.InflightWait,
+	var placed *Order
+	var fromTable bool // the order exists although the key's record had expired
+	res, err := do(ctx, func(ctx context.Context, tx pgx.Tx) (idempotency.Response, error) {
+		var err error
+		placed, fromTable, err = s.create(ctx, tx, key, req, hash, lease)
+		if err != nil {
+			return idempotency.Response{}, err
+		}
+		body, err := encodeOrder(placed)
+		if err != nil {
+			return idempotency.Response{}, err
+		}
+		return idempotency.Response{ResourceID: strconv.FormatInt(placed.ID, 10), Status: http.StatusCreated, Body: body}, nil
 	})
 	switch {
-	case errors.Is(err, queue.ErrKeyInFlight):
-		s.cfg.Metrics.InflightWait(Scope)
+	case errors.Is(err, idempotency.ErrKeyInFlight):
 		log.Warn("order request rejected: the first request with this key is still in flight", "waited", s.cfg.InflightWait)
 		return nil, fmt.Errorf("place order: %w", err)
-	case errors.Is(err, queue.ErrKeyReuse):
-		s.cfg.Metrics.Conflict(Scope)
-		log.Warn("idempotency key reused with a different order request", "order_id", claim.Record.ResourceID)
+	case errors.Is(err, idempotency.ErrKeyReuse):
+		log.Warn("idempotency key reused with a different order request")
 		return nil, fmt.Errorf("place order: %w", err)
 	case err != nil:
 		return nil, fmt.Errorf("place order: %w", err)
 	}
-	if claim.Waited {
-		s.cfg.Metrics.InflightWait(Scope)
-		log.Info("order request waited for the in-flight first request with its key", "owned", claim.Owned)
+	if res.Waited {
+		log.Info("order request waited for the in-flight first request with its key")
 	}
-	if !claim.Owned {
-		res, err := replayResult(claim.Record)
-		if err != nil {
-			return nil, err
+	if res.Replayed {
+		var o Order
+		if err := json.Unmarshal(res.Response.Body, &o); err != nil {
+			return nil, fmt.Errorf("replay order with key %q: decode stored response: %w", key, err)
 		}
-		s.cfg.Metrics.Replay(Scope)
-		log.Info("order request replayed", "order_id", res.Order.ID)
-		return res, nil
+		log.Info("order request replayed", "order_id", o.ID)
+		return &Result{Order: &o, Status: res.Response.Status, Body: res.Response.Body, Replayed: true}, nil
 	}
-	return s.create(ctx, tx, claim.Record, req, hash, lease)
+	if fromTable {
+		log.Info("order request replayed from the orders table (its idempotency record had expired)", "order_id", placed.ID)
+	}
+	return &Result{Order: placed, Status: res.Response.Status, Body: res.Response.Body, Replayed: fromTable}, nil
 }
 
-func replayResult(rec *queue.IdemRecord) (*Result, error) {
-	var o Order
-	if err := json.Unmarshal(rec.Response, &o); err != nil {
-		return nil, fmt.Errorf("replay order with key %q: decode stored response: %w", rec.Key, err)
-	}
-	return &Result{Order: &o, Status: rec.ResponseStatus, Body: rec.Response, Replayed: true}, nil
-}
-
-// create writes the order as the key's owner and stores the response on the key.
-func (s *Service) create(ctx context.Context, tx pgx.Tx, rec *queue.IdemRecord, req *Request, hash []byte, lease *queue.Lease) (*Result, error) {
-	key := rec.Key
+// create writes the order as the key's owner: the order, its items and its confirmation
+// email. When the orders table already has an order with the key (its idempotency
+// record expired and was cleaned up or taken over), that order is the outcome: it is
+// returned with existing set, or idempotency.ErrKeyReuse when it came from a different
+// request.
+func (s *Service) create(ctx context.Context, tx pgx.Tx, key string, req *Request, hash []byte, lease *fenceq.Lease) (*Order, bool, error) {
 	o := &Order{IdempotencyKey: key, CustomerEmail: req.CustomerEmail, Currency: req.Currency,
 		TotalCents: req.Total(), Items: append([]Item(nil), req.Items...)}
 	var outboxJob int64
@@ -233,10 +250,11 @@ func (s *Service) create(ctx context.Context, tx pgx.Tx, rec *queue.IdemRecord, 
 	err := tx.QueryRow(ctx, sqlInsertOrder, key, hash, o.CustomerEmail, o.Currency, o.TotalCents,
 		o.JobID, o.LeaseGen).Scan(&o.ID, &o.Status, &o.CreatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return s.existing(ctx, tx, rec, hash)
+		existing, err := s.existing(ctx, tx, key, hash)
+		return existing, true, err
 	}
 	if err != nil {
-		return nil, fmt.Errorf("insert order with key %q: %w", key, err)
+		return nil, false, fmt.Errorf("insert order with key %q: %w", key, err)
 	}
 	n := len(o.Items)
 	lines, skus, qty, prices := make([]int32, n), make([]string, n), make([]int32, n), make([]int64, n)
@@ -244,59 +262,36 @@ func (s *Service) create(ctx context.Context, tx pgx.Tx, rec *queue.IdemRecord, 
 		lines[i], skus[i], qty[i], prices[i] = int32(i+1), it.SKU, int32(it.Quantity), it.UnitPriceCents
 	}
 	if _, err := tx.Exec(ctx, sqlInsertItems, o.ID, lines, skus, qty, prices); err != nil {
-		return nil, fmt.Errorf("insert items of order %d: %w", o.ID, err)
+		return nil, false, fmt.Errorf("insert items of order %d: %w", o.ID, err)
 	}
 	payload, err := json.Marshal(confirmationEmail(o))
 	if err != nil {
-		return nil, fmt.Errorf("encode confirmation email of order %d: %w", o.ID, err)
+		return nil, false, fmt.Errorf("encode confirmation email of order %d: %w", o.ID, err)
 	}
-	if _, err := queue.InsertOutbox(ctx, tx, queue.OutboxParams{
+	if _, err := outbox.Insert(ctx, tx, outbox.Message{
 		Topic: EmailTopic, DedupeKey: EmailDedupePrefix + strconv.FormatInt(o.ID, 10), Payload: payload, JobID: outboxJob,
 	}); err != nil {
-		return nil, fmt.Errorf("confirmation email of order %d: %w", o.ID, err)
+		return nil, false, fmt.Errorf("confirmation email of order %d: %w", o.ID, err)
 	}
-	body, err := encodeOrder(o)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := queue.FinishIdempotencyKey(ctx, tx, rec, queue.IdemResponse{
-		ResourceID: strconv.FormatInt(o.ID, 10), Status: http.StatusCreated, Body: body,
-	}); err != nil {
-		return nil, fmt.Errorf("order %d: %w", o.ID, err)
-	}
-	return &Result{Order: o, Status: http.StatusCreated, Body: body}, nil
+	return o, false, nil
 }
 
-// existing answers a key whose idempotency record expired (and was cleaned up or taken
-// over) while its order exists: the order table's unique key still decides.
-func (s *Service) existing(ctx context.Context, tx pgx.Tx, rec *queue.IdemRecord, hash []byte) (*Result, error) {
+// existing reads the order the orders table holds for key: the table's unique key still
+// decides after the key's idempotency record is gone.
+func (s *Service) existing(ctx context.Context, tx pgx.Tx, key string, hash []byte) (*Order, error) {
 	var storedHash []byte
-	o, err := scanOrder(tx.QueryRow(ctx, sqlGetOrderByKey, rec.Key), &storedHash)
+	o, err := scanOrder(tx.QueryRow(ctx, sqlGetOrderByKey, key), &storedHash)
 	if err != nil {
-		return nil, fmt.Errorf("read order with key %q: %w", rec.Key, err)
+		return nil, fmt.Errorf("read order with key %q: %w", key, err)
 	}
 	if !bytes.Equal(storedHash, hash) {
-		s.cfg.Metrics.Conflict(Scope)
-		s.log.Warn("idempotency key reused with a different order request after its record expired",
-			"idempotency_key", rec.Key, "order_id", o.ID)
-		return nil, fmt.Errorf("place order: key %q belongs to order %d: %w", rec.Key, o.ID, queue.ErrKeyReuse)
+		return nil, fmt.Errorf("key %q belongs to order %d: %w", key, o.ID, idempotency.ErrKeyReuse)
 	}
 	if o.Items, err = getItems(ctx, tx, o.ID); err != nil {
 		return nil, err
 	}
-	body, err := encodeOrder(o)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := queue.FinishIdempotencyKey(ctx, tx, rec, queue.IdemResponse{
-		ResourceID: strconv.FormatInt(o.ID, 10), Status: http.StatusCreated, Body: body,
-	}); err != nil {
-		return nil, fmt.Errorf("order %d: %w", o.ID, err)
-	}
 	s.cfg.Metrics.Replay(Scope)
-	s.log.Info("order request replayed from the orders table (its idempotency record had expired)",
-		"idempotency_key", rec.Key, "order_id", o.ID)
-	return &Result{Order: o, Status: http.StatusCreated, Body: body, Replayed: true}, nil
+	return o, nil
 }
 
 func encodeOrder(o *Order) ([]byte, error) {
@@ -324,11 +319,11 @@ func money(cents int64, currency string) string {
 	return fmt.Sprintf("%d.%02d %s", cents/100, cents%100, currency)
 }
 
-// Get returns the order with the given id, or an error matching queue.ErrNotFound.
+// Get returns the order with the given id, or an error matching fenceq.ErrNotFound.
 func (s *Service) Get(ctx context.Context, id int64) (*Order, error) {
 	o, err := scanOrder(s.cfg.Pool.QueryRow(ctx, sqlGetOrder, id))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("order %d: %w", id, queue.ErrNotFound)
+		return nil, fmt.Errorf("order %d: %w", id, fenceq.ErrNotFound)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read order %d: %w", id, err)
@@ -349,7 +344,7 @@ func scanOrder(row pgx.Row, extra ...any) (*Order, error) {
 	return &o, nil
 }
 
-func getItems(ctx context.Context, db queue.DBTX, id int64) ([]Item, error) {
+func getItems(ctx context.Context, db fenceq.DBTX, id int64) ([]Item, error) {
 	rows, err := db.Query(ctx, sqlGetItems, id)
 	if err != nil {
 		return nil, fmt.Errorf("read items of order %d: %w", id, err)

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fenceq/fenceq/idempotency"
 	"github.com/fenceq/fenceq/jobs/housekeeping"
 	"github.com/fenceq/fenceq/jobs/order"
-	"github.com/fenceq/fenceq/queue"
 )
 
 // Test 5: TTL cleanup runs concurrently with retries. Keys expire (150 ms TTL) and are
@@ -33,8 +33,8 @@ func TestCleanupConcurrentWithRetries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, _ := queue.HashRequest("generic")
-	if res, err := queue.ClaimIdempotencyKey(b.ctx, tx, queue.ClaimKeyParams{Scope: order.Scope, Key: "in-flight", RequestHash: h, TTL: time.Millisecond}); err != nil || !res.Owned {
+	h, _ := idempotency.HashRequest("generic")
+	if res, err := idempotency.Claim(b.ctx, tx, idempotency.ClaimParams{Scope: order.Scope, Key: "in-flight", RequestHash: h, TTL: time.Millisecond}); err != nil || !res.Owned {
 		t.Fatalf("claim in-flight key: %v", err)
 	}
 	if err := tx.Commit(b.ctx); err != nil {
@@ -113,7 +113,7 @@ func TestCleanupConcurrentWithRetries(t *testing.T) {
 		}
 		b.checkOrderRows(t, key, ids[k], 2)
 	}
-	if rec, err := queue.GetIdempotencyKey(b.ctx, b.db.Pool, order.Scope, "in-flight"); err != nil || rec.State != queue.IdemInFlight || !rec.Expired {
+	if rec, err := idempotency.Get(b.ctx, b.db.Pool, order.Scope, "in-flight"); err != nil || rec.State != idempotency.StateInFlight || !rec.Expired {
 		t.Fatalf("the expired in-flight key after cleanup: %+v %v, want it kept", rec, err)
 	}
 

@@ -1,4 +1,4 @@
-package queue_test
+package idempotency_test
 
 import (
 	"bytes"
@@ -10,12 +10,26 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/fenceq/fenceq/idempotency"
+	"github.com/fenceq/fenceq/internal/dbtest"
 	"github.com/fenceq/fenceq/queue"
 )
 
+type testBundle struct {
+	db  *dbtest.DB
+	ctx context.Context
+}
+
+func setup(t *testing.T) *testBundle {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return &testBundle{db: dbtest.New(t), ctx: ctx}
+}
+
 func hashOf(t *testing.T, v any) []byte {
 	t.Helper()
-	h, err := queue.HashRequest(v)
+	h, err := idempotency.HashRequest(v)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,14 +47,14 @@ func (b *testBundle) begin(t *testing.T) pgx.Tx {
 }
 
 // claimFinish claims key in its own transaction, finishes it with body and commits.
-func (b *testBundle) claimFinish(t *testing.T, p queue.ClaimKeyParams, body string) *queue.IdemRecord {
+func (b *testBundle) claimFinish(t *testing.T, p idempotency.ClaimParams, body string) *idempotency.Record {
 	t.Helper()
 	tx := b.begin(t)
-	res, err := queue.ClaimIdempotencyKey(b.ctx, tx, p)
+	res, err := idempotency.Claim(b.ctx, tx, p)
 	if err != nil || !res.Owned {
 		t.Fatalf("claim %q: owned %v err %v", p.Key, res != nil && res.Owned, err)
 	}
-	rec, err := queue.FinishIdempotencyKey(b.ctx, tx, res.Record, queue.IdemResponse{ResourceID: "r-" + p.Key, Status: 201, Body: []byte(body)})
+	rec, err := idempotency.Finish(b.ctx, tx, res.Record, idempotency.Response{ResourceID: "r-" + p.Key, Status: 201, Body: []byte(body)})
 	if err != nil {
 		t.Fatalf("finish %q: %v", p.Key, err)
 	}
@@ -55,7 +69,7 @@ func (b *testBundle) waitExpired(t *testing.T, scope, key string) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		rec, err := queue.GetIdempotencyKey(b.ctx, b.db.Pool, scope, key)
+		rec, err := idempotency.Get(b.ctx, b.db.Pool, scope, key)
 		if err != nil {
 			t.Fatalf("get key %q: %v", key, err)
 		}
@@ -94,17 +108,17 @@ func TestIdempotencyClaimFinishReplayReuse(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	h1, h2 := hashOf(t, map[string]int{"n": 1}), hashOf(t, map[string]int{"n": 2})
-	p := queue.ClaimKeyParams{Scope: "test", Key: "key-1", RequestHash: h1}
+	p := idempotency.ClaimParams{Scope: "test", Key: "key-1", RequestHash: h1}
 	first := b.claimFinish(t, p, `{"id":1}`)
-	if first.State != queue.IdemFinished || first.ResourceID != "r-key-1" || first.ResponseStatus != 201 || first.Gen != 1 {
+	if first.State != idempotency.StateFinished || first.ResourceID != "r-key-1" || first.ResponseStatus != 201 || first.Gen != 1 {
 		t.Fatalf("finished record: %+v", first)
 	}
-	if d := first.ExpiresAt.Sub(first.CreatedAt); d != queue.DefaultIdempotencyTTL {
+	if d := first.ExpiresAt.Sub(first.CreatedAt); d != idempotency.DefaultTTL {
 		t.Fatalf("default TTL: expires %s after creation", d)
 	}
 
 	tx := b.begin(t)
-	res, err := queue.ClaimIdempotencyKey(b.ctx, tx, p)
+	res, err := idempotency.Claim(b.ctx, tx, p)
 	if err != nil || res.Owned || res.Waited || res.TookOver {
 		t.Fatalf("replay claim: %+v %v", res, err)
 	}
@@ -114,14 +128,14 @@ func TestIdempotencyClaimFinishReplayReuse(t *testing.T) {
 	_ = tx.Rollback(b.ctx)
 
 	tx = b.begin(t)
-	res, err = queue.ClaimIdempotencyKey(b.ctx, tx, queue.ClaimKeyParams{Scope: "test", Key: "key-1", RequestHash: h2})
-	if !errors.Is(err, queue.ErrKeyReuse) || res == nil || res.Record.ResourceID != "r-key-1" {
+	res, err = idempotency.Claim(b.ctx, tx, idempotency.ClaimParams{Scope: "test", Key: "key-1", RequestHash: h2})
+	if !errors.Is(err, idempotency.ErrKeyReuse) || res == nil || res.Record.ResourceID != "r-key-1" {
 		t.Fatalf("different request: %+v %v, want ErrKeyReuse with the stored record", res, err)
 	}
 	_ = tx.Rollback(b.ctx)
 
 	// The same key in another scope is another key.
-	b.claimFinish(t, queue.ClaimKeyParams{Scope: "other", Key: "key-1", RequestHash: h2}, `{}`)
+	b.claimFinish(t, idempotency.ClaimParams{Scope: "other", Key: "key-1", RequestHash: h2}, `{}`)
 }
 
 func TestIdempotencyConcurrentOwner(t *testing.T) {
@@ -132,21 +146,21 @@ func TestIdempotencyConcurrentOwner(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
 			h := hashOf(t, "req")
-			p := queue.ClaimKeyParams{Scope: "test", Key: "k", RequestHash: h, Wait: 30 * time.Second}
+			p := idempotency.ClaimParams{Scope: "test", Key: "k", RequestHash: h, Wait: 30 * time.Second}
 			owner := b.begin(t)
-			res, err := queue.ClaimIdempotencyKey(b.ctx, owner, p)
+			res, err := idempotency.Claim(b.ctx, owner, p)
 			if err != nil || !res.Owned {
 				t.Fatalf("owner claim: %+v %v", res, err)
 			}
 
 			waiter := b.begin(t)
 			type outcome struct {
-				res *queue.ClaimResult
+				res *idempotency.ClaimResult
 				err error
 			}
 			done := make(chan outcome, 1)
 			go func() {
-				r, err := queue.ClaimIdempotencyKey(b.ctx, waiter, p)
+				r, err := idempotency.Claim(b.ctx, waiter, p)
 				done <- outcome{r, err}
 			}()
 			// Prove the second claim really waits for the owner's transaction.
@@ -158,7 +172,7 @@ func TestIdempotencyConcurrentOwner(t *testing.T) {
 			}
 
 			if commit {
-				if _, err := queue.FinishIdempotencyKey(b.ctx, owner, res.Record, queue.IdemResponse{ResourceID: "42", Status: 201, Body: []byte("body")}); err != nil {
+				if _, err := idempotency.Finish(b.ctx, owner, res.Record, idempotency.Response{ResourceID: "42", Status: 201, Body: []byte("body")}); err != nil {
 					t.Fatal(err)
 				}
 				if err := owner.Commit(b.ctx); err != nil {
@@ -180,14 +194,14 @@ func TestIdempotencyConcurrentOwner(t *testing.T) {
 			if !o.res.Owned {
 				t.Fatalf("waiter after rollback: %+v, want ownership", o.res)
 			}
-			if _, err := queue.FinishIdempotencyKey(b.ctx, waiter, o.res.Record, queue.IdemResponse{ResourceID: "43"}); err != nil {
+			if _, err := idempotency.Finish(b.ctx, waiter, o.res.Record, idempotency.Response{ResourceID: "43"}); err != nil {
 				t.Fatal(err)
 			}
 			if err := waiter.Commit(b.ctx); err != nil {
 				t.Fatal(err)
 			}
-			rec, err := queue.GetIdempotencyKey(b.ctx, b.db.Pool, "test", "k")
-			if err != nil || rec.ResourceID != "43" || rec.State != queue.IdemFinished {
+			rec, err := idempotency.Get(b.ctx, b.db.Pool, "test", "k")
+			if err != nil || rec.ResourceID != "43" || rec.State != idempotency.StateFinished {
 				t.Fatalf("stored: %+v %v", rec, err)
 			}
 		})
@@ -197,14 +211,14 @@ func TestIdempotencyConcurrentOwner(t *testing.T) {
 func TestIdempotencyWaitTimesOut(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	p := queue.ClaimKeyParams{Scope: "test", Key: "slow", RequestHash: hashOf(t, 1), Wait: 100 * time.Millisecond}
+	p := idempotency.ClaimParams{Scope: "test", Key: "slow", RequestHash: hashOf(t, 1), Wait: 100 * time.Millisecond}
 	owner := b.begin(t)
-	if res, err := queue.ClaimIdempotencyKey(b.ctx, owner, p); err != nil || !res.Owned {
+	if res, err := idempotency.Claim(b.ctx, owner, p); err != nil || !res.Owned {
 		t.Fatalf("owner claim: %+v %v", res, err)
 	}
 	waiter := b.begin(t)
-	_, err := queue.ClaimIdempotencyKey(b.ctx, waiter, p)
-	if !errors.Is(err, queue.ErrKeyInFlight) {
+	_, err := idempotency.Claim(b.ctx, waiter, p)
+	if !errors.Is(err, idempotency.ErrKeyInFlight) {
 		t.Fatalf("claim while the owner holds the key: %v, want ErrKeyInFlight", err)
 	}
 	// The timed-out statement aborted the waiter's transaction.
@@ -220,7 +234,7 @@ func TestIdempotencyClaimRestoresLockTimeout(t *testing.T) {
 	if _, err := tx.Exec(b.ctx, `SET LOCAL lock_timeout = '7s'`); err != nil {
 		t.Fatal(err)
 	}
-	res, err := queue.ClaimIdempotencyKey(b.ctx, tx, queue.ClaimKeyParams{Scope: "test", Key: "k", RequestHash: hashOf(t, 1), Wait: 50 * time.Millisecond})
+	res, err := idempotency.Claim(b.ctx, tx, idempotency.ClaimParams{Scope: "test", Key: "k", RequestHash: hashOf(t, 1), Wait: 50 * time.Millisecond})
 	if err != nil || !res.Owned {
 		t.Fatalf("claim: %+v %v", res, err)
 	}
@@ -238,10 +252,10 @@ func TestIdempotencyClaimRestoresLockTimeout(t *testing.T) {
 func TestIdempotencyInFlightKeyExpiryAndTakeover(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	p := queue.ClaimKeyParams{Scope: "test", Key: "multi-tx", RequestHash: hashOf(t, "a"), TTL: time.Millisecond}
+	p := idempotency.ClaimParams{Scope: "test", Key: "multi-tx", RequestHash: hashOf(t, "a"), TTL: time.Millisecond}
 	// An owner that records progress in separate transactions: the claim commits in flight.
 	tx := b.begin(t)
-	first, err := queue.ClaimIdempotencyKey(b.ctx, tx, p)
+	first, err := idempotency.Claim(b.ctx, tx, p)
 	if err != nil || !first.Owned {
 		t.Fatalf("claim: %+v %v", first, err)
 	}
@@ -251,11 +265,11 @@ func TestIdempotencyInFlightKeyExpiryAndTakeover(t *testing.T) {
 	b.waitExpired(t, "test", "multi-tx")
 
 	// Cleanup never deletes an in-flight key, however expired.
-	n, err := queue.DeleteExpiredIdempotencyKeys(b.ctx, b.db.Pool, 100)
+	n, err := idempotency.DeleteExpired(b.ctx, b.db.Pool, 100)
 	if err != nil || n != 0 {
 		t.Fatalf("cleanup deleted %d (%v), want 0", n, err)
 	}
-	if rec, err := queue.GetIdempotencyKey(b.ctx, b.db.Pool, "test", "multi-tx"); err != nil || rec.State != queue.IdemInFlight {
+	if rec, err := idempotency.Get(b.ctx, b.db.Pool, "test", "multi-tx"); err != nil || rec.State != idempotency.StateInFlight {
 		t.Fatalf("in-flight key after cleanup: %+v %v", rec, err)
 	}
 
@@ -264,32 +278,32 @@ func TestIdempotencyInFlightKeyExpiryAndTakeover(t *testing.T) {
 	p2 := p
 	p2.RequestHash, p2.TTL = hashOf(t, "b"), time.Hour
 	tx = b.begin(t)
-	second, err := queue.ClaimIdempotencyKey(b.ctx, tx, p2)
+	second, err := idempotency.Claim(b.ctx, tx, p2)
 	if err != nil || !second.Owned || !second.TookOver || second.Record.Gen != first.Record.Gen+1 {
 		t.Fatalf("takeover: %+v %v", second, err)
 	}
-	if _, err := queue.FinishIdempotencyKey(b.ctx, tx, second.Record, queue.IdemResponse{ResourceID: "new"}); err != nil {
+	if _, err := idempotency.Finish(b.ctx, tx, second.Record, idempotency.Response{ResourceID: "new"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Commit(b.ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := queue.FinishIdempotencyKey(b.ctx, b.db.Pool, first.Record, queue.IdemResponse{ResourceID: "stale"}); !errors.Is(err, queue.ErrLeaseLost) {
+	if _, err := idempotency.Finish(b.ctx, b.db.Pool, first.Record, idempotency.Response{ResourceID: "stale"}); !errors.Is(err, idempotency.ErrNotOwned) {
 		t.Fatalf("stale owner's finish: %v, want ErrLeaseLost", err)
 	}
-	if err := queue.ReleaseIdempotencyKey(b.ctx, b.db.Pool, first.Record); !errors.Is(err, queue.ErrLeaseLost) {
+	if err := idempotency.Release(b.ctx, b.db.Pool, first.Record); !errors.Is(err, idempotency.ErrNotOwned) {
 		t.Fatalf("stale owner's release: %v, want ErrLeaseLost", err)
 	}
-	rec, err := queue.GetIdempotencyKey(b.ctx, b.db.Pool, "test", "multi-tx")
+	rec, err := idempotency.Get(b.ctx, b.db.Pool, "test", "multi-tx")
 	if err != nil || rec.ResourceID != "new" || !bytes.Equal(rec.RequestHash, p2.RequestHash) {
 		t.Fatalf("stored after takeover: %+v %v", rec, err)
 	}
 
 	// A committed in-flight key that is not expired is reported in flight, and its
 	// owner can release it.
-	p3 := queue.ClaimKeyParams{Scope: "test", Key: "progress", RequestHash: hashOf(t, "c")}
+	p3 := idempotency.ClaimParams{Scope: "test", Key: "progress", RequestHash: hashOf(t, "c")}
 	tx = b.begin(t)
-	third, err := queue.ClaimIdempotencyKey(b.ctx, tx, p3)
+	third, err := idempotency.Claim(b.ctx, tx, p3)
 	if err != nil || !third.Owned {
 		t.Fatal(err)
 	}
@@ -297,14 +311,14 @@ func TestIdempotencyInFlightKeyExpiryAndTakeover(t *testing.T) {
 		t.Fatal(err)
 	}
 	tx = b.begin(t)
-	if res, err := queue.ClaimIdempotencyKey(b.ctx, tx, p3); !errors.Is(err, queue.ErrKeyInFlight) || res.Record.State != queue.IdemInFlight {
+	if res, err := idempotency.Claim(b.ctx, tx, p3); !errors.Is(err, idempotency.ErrKeyInFlight) || res.Record.State != idempotency.StateInFlight {
 		t.Fatalf("claim of a committed in-flight key: %+v %v", res, err)
 	}
 	_ = tx.Rollback(b.ctx)
-	if err := queue.ReleaseIdempotencyKey(b.ctx, b.db.Pool, third.Record); err != nil {
+	if err := idempotency.Release(b.ctx, b.db.Pool, third.Record); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := queue.GetIdempotencyKey(b.ctx, b.db.Pool, "test", "progress"); !errors.Is(err, queue.ErrNotFound) {
+	if _, err := idempotency.Get(b.ctx, b.db.Pool, "test", "progress"); !errors.Is(err, queue.ErrNotFound) {
 		t.Fatalf("released key: %v, want ErrNotFound", err)
 	}
 }
@@ -313,13 +327,13 @@ func TestIdempotencyCleanupDeletesOnlyExpiredFinished(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	for _, k := range []string{"e1", "e2", "e3", "e4", "e5"} {
-		b.claimFinish(t, queue.ClaimKeyParams{Scope: "test", Key: k, RequestHash: hashOf(t, k), TTL: time.Millisecond}, "x")
+		b.claimFinish(t, idempotency.ClaimParams{Scope: "test", Key: k, RequestHash: hashOf(t, k), TTL: time.Millisecond}, "x")
 	}
-	b.claimFinish(t, queue.ClaimKeyParams{Scope: "test", Key: "live", RequestHash: hashOf(t, 0), TTL: time.Hour}, "x")
+	b.claimFinish(t, idempotency.ClaimParams{Scope: "test", Key: "live", RequestHash: hashOf(t, 0), TTL: time.Hour}, "x")
 	b.waitExpired(t, "test", "e5")
 	var total int64
 	for {
-		n, err := queue.DeleteExpiredIdempotencyKeys(b.ctx, b.db.Pool, 2)
+		n, err := idempotency.DeleteExpired(b.ctx, b.db.Pool, 2)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -334,12 +348,12 @@ func TestIdempotencyCleanupDeletesOnlyExpiredFinished(t *testing.T) {
 	if total != 5 {
 		t.Fatalf("deleted %d expired keys, want 5", total)
 	}
-	if _, err := queue.GetIdempotencyKey(b.ctx, b.db.Pool, "test", "live"); err != nil {
+	if _, err := idempotency.Get(b.ctx, b.db.Pool, "test", "live"); err != nil {
 		t.Fatalf("unexpired key: %v", err)
 	}
 	// An expired key that was deleted is simply absent: a claim owns it anew.
 	tx := b.begin(t)
-	res, err := queue.ClaimIdempotencyKey(b.ctx, tx, queue.ClaimKeyParams{Scope: "test", Key: "e1", RequestHash: hashOf(t, "other")})
+	res, err := idempotency.Claim(b.ctx, tx, idempotency.ClaimParams{Scope: "test", Key: "e1", RequestHash: hashOf(t, "other")})
 	if err != nil || !res.Owned || res.TookOver {
 		t.Fatalf("claim after cleanup: %+v %v", res, err)
 	}
@@ -348,12 +362,12 @@ func TestIdempotencyCleanupDeletesOnlyExpiredFinished(t *testing.T) {
 func TestIdempotencyExpiredFinishedKeyIsTakenOver(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.claimFinish(t, queue.ClaimKeyParams{Scope: "test", Key: "k", RequestHash: hashOf(t, 1), TTL: time.Millisecond}, "old")
+	b.claimFinish(t, idempotency.ClaimParams{Scope: "test", Key: "k", RequestHash: hashOf(t, 1), TTL: time.Millisecond}, "old")
 	b.waitExpired(t, "test", "k")
 	tx := b.begin(t)
 	// A different request is not ErrKeyReuse once the key expired.
-	res, err := queue.ClaimIdempotencyKey(b.ctx, tx, queue.ClaimKeyParams{Scope: "test", Key: "k", RequestHash: hashOf(t, 2)})
-	if err != nil || !res.Owned || !res.TookOver || res.Record.State != queue.IdemInFlight || res.Record.Response != nil {
+	res, err := idempotency.Claim(b.ctx, tx, idempotency.ClaimParams{Scope: "test", Key: "k", RequestHash: hashOf(t, 2)})
+	if err != nil || !res.Owned || !res.TookOver || res.Record.State != idempotency.StateInFlight || res.Record.Response != nil {
 		t.Fatalf("claim of an expired key: %+v %v", res, err)
 	}
 }
@@ -362,7 +376,7 @@ func TestIdempotencyValidation(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	good := hashOf(t, 1)
-	cases := map[string]queue.ClaimKeyParams{
+	cases := map[string]idempotency.ClaimParams{
 		"EmptyKey":       {Scope: "s", Key: "", RequestHash: good},
 		"LongKey":        {Scope: "s", Key: strings.Repeat("k", 256), RequestHash: good},
 		"NonPrintable":   {Scope: "s", Key: "a\x00b", RequestHash: good},
@@ -375,14 +389,14 @@ func TestIdempotencyValidation(t *testing.T) {
 	}
 	for name, p := range cases {
 		tx := b.begin(t)
-		if _, err := queue.ClaimIdempotencyKey(b.ctx, tx, p); !errors.Is(err, queue.ErrInvalid) {
+		if _, err := idempotency.Claim(b.ctx, tx, p); !errors.Is(err, queue.ErrInvalid) {
 			t.Errorf("%s: %v, want ErrInvalid", name, err)
 		}
 		_ = tx.Rollback(b.ctx)
 	}
 	// 255 bytes is the limit, inclusive.
-	b.claimFinish(t, queue.ClaimKeyParams{Scope: "s", Key: strings.Repeat("k", 255), RequestHash: good}, "")
-	if _, err := queue.DeleteExpiredIdempotencyKeys(b.ctx, b.db.Pool, 0); !errors.Is(err, queue.ErrInvalid) {
+	b.claimFinish(t, idempotency.ClaimParams{Scope: "s", Key: strings.Repeat("k", 255), RequestHash: good}, "")
+	if _, err := idempotency.DeleteExpired(b.ctx, b.db.Pool, 0); !errors.Is(err, queue.ErrInvalid) {
 		t.Errorf("cleanup limit 0: %v, want ErrInvalid", err)
 	}
 }

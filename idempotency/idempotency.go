@@ -1,4 +1,28 @@
-package queue
+// Package idempotency makes a retried request return the first request's result instead of
+// doing the work again. The decision is one atomic conditional write in the transaction
+// that does the work:
+//
+//	BEGIN;
+//	INSERT INTO fenceq_idempotency_keys … ON CONFLICT (scope, key) DO NOTHING RETURNING …;
+//	-- inserted: this transaction owns the key; do the work, then Finish.
+//	-- conflict: read the stored row; same request hash: replay its response,
+//	--           different hash: ErrKeyReuse.
+//	COMMIT;
+//
+// Under READ COMMITTED a concurrent owner's uncommitted insert of the same key makes the
+// INSERT wait for that transaction: if it commits, the INSERT conflicts and the stored
+// result is read; if it rolls back (its process died), the INSERT succeeds and this
+// request becomes the owner. The wait is bounded by ClaimParams.Wait (lock_timeout);
+// past it the claim fails with ErrKeyInFlight and the transaction is aborted.
+//
+// Keys expire TTL after they were finished; an expired key behaves as absent (the next
+// claim takes it over). DeleteExpired removes expired finished keys and
+// never an in-flight one.
+//
+// Do and DoTx wrap the whole decision in one call: claim the key, run the work if this
+// request owns it, store its response, or replay the stored one.
+package idempotency
+
 
 import (
 	"bytes"
@@ -10,65 +34,53 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-)
 
-// Idempotency keys make a retried request return the first request's result instead of
-// doing the work again. The decision is one atomic conditional write in the transaction
-// that does the work:
-//
-//	BEGIN;
-//	INSERT INTO fenceq_idempotency_keys … ON CONFLICT (scope, key) DO NOTHING RETURNING …;
-//	-- inserted: this transaction owns the key; do the work, then FinishIdempotencyKey.
-//	-- conflict: read the stored row; same request hash: replay its response,
-//	--           different hash: ErrKeyReuse.
-//	COMMIT;
-//
-// Under READ COMMITTED a concurrent owner's uncommitted insert of the same key makes the
-// INSERT wait for that transaction: if it commits, the INSERT conflicts and the stored
-// result is read; if it rolls back (its process died), the INSERT succeeds and this
-// request becomes the owner. The wait is bounded by ClaimKeyParams.Wait (lock_timeout);
-// past it the claim fails with ErrKeyInFlight and the transaction is aborted.
-//
-// Keys expire TTL after they were finished; an expired key behaves as absent (the next
-// claim takes it over). DeleteExpiredIdempotencyKeys removes expired finished keys and
-// never an in-flight one.
+	"github.com/fenceq/fenceq/queue"
+)
 
 // ErrKeyInFlight means the idempotency key is held by a request that has not finished:
 // its owner's transaction did not commit within the wait, or an owner working in
 // separate transactions has not finished the key yet. Retry later with the same key.
 var ErrKeyInFlight = errors.New("idempotency key is in flight: the first request with this key has not finished")
 
-// Idempotency defaults and limits.
+// ErrKeyReuse means an idempotency key was reused with a different request.
+var ErrKeyReuse = errors.New("idempotency key reused with a different request")
+
+// ErrNotOwned means a finish or release came from a claim that no longer owns the key:
+// the key expired and was taken over, or was released.
+var ErrNotOwned = errors.New("idempotency key is no longer owned by this claim")
+
+// Defaults and limits.
 const (
-	// DefaultIdempotencyTTL is how long a finished key is kept.
-	DefaultIdempotencyTTL = 24 * time.Hour
-	// DefaultIdempotencyWait bounds how long a claim waits for an in-flight owner.
-	DefaultIdempotencyWait = 2 * time.Second
-	// MaxIdempotencyScopeLen bounds a scope name.
-	MaxIdempotencyScopeLen = 128
+	// DefaultTTL is how long a finished key is kept.
+	DefaultTTL = 24 * time.Hour
+	// DefaultWait bounds how long a claim waits for an in-flight owner.
+	DefaultWait = 2 * time.Second
+	// MaxScopeLen bounds a scope name.
+	MaxScopeLen = 128
 	// MaxRequestHashLen bounds a request hash (a SHA-512 fits).
 	MaxRequestHashLen = 64
 )
 
-// IdemState is the state of an idempotency key.
-type IdemState string
+// State is the state of an idempotency key.
+type State string
 
 // Idempotency key states.
 const (
-	// IdemInFlight: the owner has not stored a result yet.
-	IdemInFlight IdemState = "in_flight"
-	// IdemFinished: the result is stored and is replayed to retries until the key expires.
-	IdemFinished IdemState = "finished"
+	// StateInFlight: the owner has not stored a result yet.
+	StateInFlight State = "in_flight"
+	// StateFinished: the result is stored and is replayed to retries until the key expires.
+	StateFinished State = "finished"
 )
 
-// IdemRecord is one row of fenceq_idempotency_keys.
-type IdemRecord struct {
+// Record is one row of fenceq_idempotency_keys.
+type Record struct {
 	Scope       string
 	Key         string
 	RequestHash []byte
-	State       IdemState
+	State       State
 	// Gen is the ownership generation; it grows when an expired key is taken over.
-	// FinishIdempotencyKey and ReleaseIdempotencyKey are fenced by it.
+	// Finish and Release are fenced by it.
 	Gen        int64
 	ResourceID string
 	// ResponseStatus and Response are what the owner stored (e.g. an HTTP status and
@@ -82,8 +94,8 @@ type IdemRecord struct {
 	Expired bool
 }
 
-// ClaimKeyParams describes one claim of an idempotency key.
-type ClaimKeyParams struct {
+// ClaimParams describes one claim of an idempotency key.
+type ClaimParams struct {
 	// Scope separates key spaces (e.g. "orders"): 1–128 characters of letters, digits
 	// and "_ . : -".
 	Scope string
@@ -92,20 +104,20 @@ type ClaimKeyParams struct {
 	// RequestHash identifies the request (1–64 bytes, e.g. HashRequest of its canonical
 	// form). A retry must send the same request; another one is ErrKeyReuse.
 	RequestHash []byte
-	// TTL is how long the key lives. Defaults to DefaultIdempotencyTTL.
+	// TTL is how long the key lives. Defaults to DefaultTTL.
 	TTL time.Duration
 	// Wait bounds how long the claim waits for an uncommitted owner of the same key,
 	// through a transaction-local lock_timeout that is restored afterwards. Defaults to
-	// DefaultIdempotencyWait; negative leaves lock_timeout as the session has it.
+	// DefaultWait; negative leaves lock_timeout as the session has it.
 	Wait time.Duration
 }
 
-// ClaimResult is the outcome of ClaimIdempotencyKey.
+// ClaimResult is the outcome of Claim.
 type ClaimResult struct {
 	// Record is the key's row as this transaction sees it.
-	Record *IdemRecord
+	Record *Record
 	// Owned is true when this transaction holds the key: do the work and call
-	// FinishIdempotencyKey before COMMIT (or in a later transaction). When false, the
+	// Finish before COMMIT (or in a later transaction). When false, the
 	// key is finished with the same request hash: replay Record's response.
 	Owned bool
 	// Waited is true when another owner held the key, uncommitted, as the claim arrived
@@ -116,11 +128,11 @@ type ClaimResult struct {
 	TookOver bool
 }
 
-func (p *ClaimKeyParams) normalize() error {
-	if err := validateName("scope", p.Scope, MaxIdempotencyScopeLen); err != nil {
+func (p *ClaimParams) normalize() error {
+	if err := queue.ValidateName("scope", p.Scope, MaxScopeLen); err != nil {
 		return err
 	}
-	if err := ValidateUniqueKey("idempotency_key", p.Key); err != nil {
+	if err := queue.ValidateUniqueKey("idempotency_key", p.Key); err != nil {
 		return err
 	}
 	if len(p.RequestHash) == 0 || len(p.RequestHash) > MaxRequestHashLen {
@@ -130,13 +142,13 @@ func (p *ClaimKeyParams) normalize() error {
 		return invalid("ttl", "%s is negative", p.TTL)
 	}
 	if p.TTL == 0 {
-		p.TTL = DefaultIdempotencyTTL
+		p.TTL = DefaultTTL
 	}
 	if p.TTL < time.Microsecond {
 		return invalid("ttl", "%s is shorter than a microsecond", p.TTL)
 	}
 	if p.Wait == 0 {
-		p.Wait = DefaultIdempotencyWait
+		p.Wait = DefaultWait
 	}
 	return nil
 }
@@ -147,10 +159,10 @@ func lockTimeout(d time.Duration) string {
 	return fmt.Sprintf("%dms", max(1, d.Milliseconds()))
 }
 
-// ClaimIdempotencyKey decides, atomically, whether this transaction owns the key (see
+// Claim decides, atomically, whether this transaction owns the key (see
 // the package documentation on idempotency keys). Results:
 //
-//   - Owned: do the work in tx, then FinishIdempotencyKey.
+//   - Owned: do the work in tx, then Finish.
 //   - not Owned, nil error: the key is finished with the same request hash; replay
 //     Record.ResponseStatus / Record.Response.
 //   - ErrKeyReuse: the key is finished with a different request hash (Record set).
@@ -161,23 +173,23 @@ func lockTimeout(d time.Duration) string {
 // tx must run at READ COMMITTED (PostgreSQL's default) so that a conflicting insert
 // sees the owner's committed row. The common cases take one round trip: the statements
 // are sent as one pipelined batch.
-func ClaimIdempotencyKey(ctx context.Context, tx pgx.Tx, p ClaimKeyParams) (*ClaimResult, error) {
+func Claim(ctx context.Context, tx pgx.Tx, p ClaimParams) (*ClaimResult, error) {
 	if err := p.normalize(); err != nil {
 		return nil, err
 	}
-	what := fmt.Sprintf("claim idempotency key %q in scope %q", truncate(p.Key, 64), p.Scope)
+	what := fmt.Sprintf("claim idempotency key %q in scope %q", queue.StorableText(p.Key, 64), p.Scope)
 	// A key can be deleted by cleanup, or taken over by another request, between our
 	// insert and our read; then the claim simply starts again. Each turn follows a
 	// change of the row by someone else, so a few turns are plenty.
 	for try := 0; try < 5; try++ {
 		var committedBefore bool
-		var inserted, current *IdemRecord
+		var inserted, current *Record
 		b := &pgx.Batch{}
 		queueWithWait(b, p.Wait, func(b *pgx.Batch) {
 			b.Queue(sqlIdemProbe, p.Scope, p.Key).QueryRow(func(row pgx.Row) error {
 				return row.Scan(&committedBefore)
 			})
-			b.Queue(sqlIdemInsert, p.Scope, p.Key, p.RequestHash, micros(p.TTL)).QueryRow(func(row pgx.Row) error {
+			b.Queue(sqlIdemInsert, p.Scope, p.Key, p.RequestHash, p.TTL.Microseconds()).QueryRow(func(row pgx.Row) error {
 				var err error
 				inserted, err = scanIdemOptional(row)
 				return err
@@ -189,7 +201,7 @@ func ClaimIdempotencyKey(ctx context.Context, tx pgx.Tx, p ClaimKeyParams) (*Cla
 			})
 		})
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
-			if PgCode(err) == CodeLockNotAvailable {
+			if queue.PgCode(err) == queue.CodeLockNotAvailable {
 				return nil, fmt.Errorf("%s: waited %s for the owner's transaction: %w", what, p.Wait, ErrKeyInFlight)
 			}
 			return nil, fmt.Errorf("%s: %w", what, err)
@@ -211,7 +223,7 @@ func ClaimIdempotencyKey(ctx context.Context, tx pgx.Tx, p ClaimKeyParams) (*Cla
 				continue // another request took it over or cleanup deleted it first
 			}
 			return &ClaimResult{Record: took, Owned: true, Waited: waited, TookOver: true}, nil
-		case current.State == IdemInFlight:
+		case current.State == StateInFlight:
 			return &ClaimResult{Record: current, Waited: waited},
 				fmt.Errorf("%s: its owner has not finished it: %w", what, ErrKeyInFlight)
 		case !bytes.Equal(current.RequestHash, p.RequestHash):
@@ -226,18 +238,18 @@ func ClaimIdempotencyKey(ctx context.Context, tx pgx.Tx, p ClaimKeyParams) (*Cla
 
 // takeOver claims an expired key anew. It returns nil when the key is no longer expired
 // (another request took it over) or gone (cleanup deleted it).
-func takeOver(ctx context.Context, tx pgx.Tx, p ClaimKeyParams) (*IdemRecord, error) {
-	var rec *IdemRecord
+func takeOver(ctx context.Context, tx pgx.Tx, p ClaimParams) (*Record, error) {
+	var rec *Record
 	b := &pgx.Batch{}
 	queueWithWait(b, p.Wait, func(b *pgx.Batch) {
-		b.Queue(sqlIdemTakeOver, p.Scope, p.Key, p.RequestHash, micros(p.TTL)).QueryRow(func(row pgx.Row) error {
+		b.Queue(sqlIdemTakeOver, p.Scope, p.Key, p.RequestHash, p.TTL.Microseconds()).QueryRow(func(row pgx.Row) error {
 			var err error
 			rec, err = scanIdemOptional(row)
 			return err
 		})
 	})
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		if PgCode(err) == CodeLockNotAvailable {
+		if queue.PgCode(err) == queue.CodeLockNotAvailable {
 			return nil, fmt.Errorf("waited %s for a concurrent takeover: %w", p.Wait, ErrKeyInFlight)
 		}
 		return nil, err
@@ -259,8 +271,8 @@ func queueWithWait(b *pgx.Batch, wait time.Duration, body func(b *pgx.Batch)) {
 	b.Queue(sqlRestoreLockTimeout)
 }
 
-// IdemResponse is the result an owner stores with its key.
-type IdemResponse struct {
+// Response is the result an owner stores with its key.
+type Response struct {
 	// ResourceID names what the request created, e.g. an order id.
 	ResourceID string
 	// Status is the response status to replay, e.g. an HTTP status code; 0 stores none.
@@ -269,12 +281,12 @@ type IdemResponse struct {
 	Body []byte
 }
 
-// FinishIdempotencyKey stores the owner's result and marks the key finished; its TTL
+// Finish stores the owner's result and marks the key finished; its TTL
 // restarts now. Call it in the transaction that wrote the result (or, for a key claimed
 // in an earlier transaction, in the one that completes the work). It returns an error
-// matching ErrLeaseLost when rec's generation no longer owns an in-flight key: the key
+// matching ErrNotOwned when rec's generation no longer owns an in-flight key: the key
 // expired and was taken over, or was released.
-func FinishIdempotencyKey(ctx context.Context, db DBTX, rec *IdemRecord, resp IdemResponse) (*IdemRecord, error) {
+func Finish(ctx context.Context, db queue.DBTX, rec *Record, resp Response) (*Record, error) {
 	var status *int32
 	if resp.Status != 0 {
 		s := int32(resp.Status)
@@ -283,52 +295,52 @@ func FinishIdempotencyKey(ctx context.Context, db DBTX, rec *IdemRecord, resp Id
 	out, err := scanIdemOptional(db.QueryRow(ctx, sqlIdemFinish, rec.Scope, rec.Key, rec.Gen,
 		nullString(resp.ResourceID), status, resp.Body))
 	if err != nil {
-		return nil, fmt.Errorf("finish idempotency key %q in scope %q: %w", truncate(rec.Key, 64), rec.Scope, err)
+		return nil, fmt.Errorf("finish idempotency key %q in scope %q: %w", queue.StorableText(rec.Key, 64), rec.Scope, err)
 	}
 	if out == nil {
 		return nil, fmt.Errorf("finish idempotency key %q in scope %q at generation %d: no longer owned: %w",
-			truncate(rec.Key, 64), rec.Scope, rec.Gen, ErrLeaseLost)
+			queue.StorableText(rec.Key, 64), rec.Scope, rec.Gen, ErrNotOwned)
 	}
 	return out, nil
 }
 
-// ReleaseIdempotencyKey deletes an in-flight key its owner gives up on, so that a retry
-// can claim it at once. It matches ErrLeaseLost when rec's generation no longer owns an
+// Release deletes an in-flight key its owner gives up on, so that a retry
+// can claim it at once. It matches ErrNotOwned when rec's generation no longer owns an
 // in-flight key. (A key claimed and worked in one transaction needs no release: rolling
 // back removes it.)
-func ReleaseIdempotencyKey(ctx context.Context, db DBTX, rec *IdemRecord) error {
+func Release(ctx context.Context, db queue.DBTX, rec *Record) error {
 	tag, err := db.Exec(ctx, sqlIdemRelease, rec.Scope, rec.Key, rec.Gen)
 	if err != nil {
-		return fmt.Errorf("release idempotency key %q in scope %q: %w", truncate(rec.Key, 64), rec.Scope, err)
+		return fmt.Errorf("release idempotency key %q in scope %q: %w", queue.StorableText(rec.Key, 64), rec.Scope, err)
 	}
 	if tag.RowsAffected() == 0 {
 		return fmt.Errorf("release idempotency key %q in scope %q at generation %d: no longer owned: %w",
-			truncate(rec.Key, 64), rec.Scope, rec.Gen, ErrLeaseLost)
+			queue.StorableText(rec.Key, 64), rec.Scope, rec.Gen, ErrNotOwned)
 	}
 	return nil
 }
 
 // GetIdempotencyKey reads one key, or returns ErrNotFound.
-func GetIdempotencyKey(ctx context.Context, db DBTX, scope, key string) (*IdemRecord, error) {
+func Get(ctx context.Context, db queue.DBTX, scope, key string) (*Record, error) {
 	rec, err := scanIdemOptional(db.QueryRow(ctx, sqlIdemGet, scope, key))
 	if err != nil {
-		return nil, fmt.Errorf("read idempotency key %q in scope %q: %w", truncate(key, 64), scope, err)
+		return nil, fmt.Errorf("read idempotency key %q in scope %q: %w", queue.StorableText(key, 64), scope, err)
 	}
 	if rec == nil {
-		return nil, fmt.Errorf("idempotency key %q in scope %q: %w", truncate(key, 64), scope, ErrNotFound)
+		return nil, fmt.Errorf("idempotency key %q in scope %q: %w", queue.StorableText(key, 64), scope, queue.ErrNotFound)
 	}
 	return rec, nil
 }
 
-// DeleteExpiredIdempotencyKeys deletes up to limit finished keys whose TTL passed by the
+// DeleteExpired deletes up to limit finished keys whose TTL passed by the
 // database's clock and returns how many it deleted. In-flight keys are never deleted,
 // whatever their expiry; keys being taken over at the same moment are skipped. Call it
 // in a loop until it returns fewer than limit.
-func DeleteExpiredIdempotencyKeys(ctx context.Context, db DBTX, limit int) (int64, error) {
+func DeleteExpired(ctx context.Context, db queue.DBTX, limit int) (int64, error) {
 	if limit <= 0 {
 		return 0, invalid("limit", "%d is not positive", limit)
 	}
-	tag, err := db.Exec(ctx, sqlIdemDeleteExpired, customPlan, limit)
+	tag, err := db.Exec(ctx, sqlIdemDeleteExpired, pgx.QueryExecModeCacheDescribe, limit)
 	if err != nil {
 		return 0, fmt.Errorf("delete expired idempotency keys: %w", err)
 	}
@@ -348,8 +360,8 @@ func HashRequest(v any) ([]byte, error) {
 }
 
 // scanIdemOptional scans one row, returning nil (and no error) when there is none.
-func scanIdemOptional(row pgx.Row) (*IdemRecord, error) {
-	var r IdemRecord
+func scanIdemOptional(row pgx.Row) (*Record, error) {
+	var r Record
 	var state string
 	var resourceID *string
 	var status *int32
@@ -361,7 +373,7 @@ func scanIdemOptional(row pgx.Row) (*IdemRecord, error) {
 	if err != nil {
 		return nil, err
 	}
-	r.State = IdemState(state)
+	r.State = State(state)
 	if resourceID != nil {
 		r.ResourceID = *resourceID
 	}
@@ -369,4 +381,15 @@ func scanIdemOptional(row pgx.Row) (*IdemRecord, error) {
 		r.ResponseStatus = int(*status)
 	}
 	return &r, nil
+}
+
+func invalid(field, format string, args ...any) error {
+	return &queue.ValidationError{Field: field, Reason: fmt.Sprintf(format, args...)}
+}
+
+func nullString(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
 }

@@ -1,4 +1,4 @@
-package queue_test
+package outbox
 
 import (
 	"context"
@@ -9,16 +9,46 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/fenceq/fenceq/internal/dbtest"
 	"github.com/fenceq/fenceq/queue"
 )
 
-// insertOutbox writes one outbox row and its delivery job, committed.
-func (b *testBundle) insertOutbox(t *testing.T, key string, maxAttempts int) *queue.OutboxResult {
+type testBundle struct {
+	db  *dbtest.DB
+	ctx context.Context
+}
+
+func setup(t *testing.T) *testBundle {
 	t.Helper()
-	var res *queue.OutboxResult
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return &testBundle{db: dbtest.New(t), ctx: ctx}
+}
+
+func (b *testBundle) events(t *testing.T, kind queue.LeaseEventKind) int64 {
+	t.Helper()
+	var n int64
+	if err := b.db.Pool.QueryRow(b.ctx, `SELECT count(*) FROM fenceq_lease_events WHERE kind = $1`, string(kind)).Scan(&n); err != nil {
+		t.Fatalf("count events: %v", err)
+	}
+	return n
+}
+
+// expire moves a lease's expiry into the past by the database's clock.
+func (b *testBundle) expire(t *testing.T, id int64) {
+	t.Helper()
+	if _, err := b.db.Pool.Exec(b.ctx, `UPDATE fenceq_jobs SET lease_expires_at = now() - interval '1 second' WHERE id = $1`, id); err != nil {
+		t.Fatalf("expire: %v", err)
+	}
+}
+
+// insertOutbox writes one outbox row and its delivery job, committed.
+func (b *testBundle) insertOutbox(t *testing.T, key string, maxAttempts int) *InsertResult {
+	t.Helper()
+	var res *InsertResult
 	err := pgx.BeginFunc(b.ctx, b.db.Pool, func(tx pgx.Tx) error {
 		var err error
-		res, err = queue.InsertOutbox(b.ctx, tx, queue.OutboxParams{
+		res, err = Insert(b.ctx, tx, Message{
 			Topic: "email", DedupeKey: key, Payload: []byte(`{"to":["a@example.com"]}`), MaxAttempts: maxAttempts})
 		return err
 	})
@@ -30,16 +60,16 @@ func (b *testBundle) insertOutbox(t *testing.T, key string, maxAttempts int) *qu
 
 func (b *testBundle) claimOutbox(t *testing.T, worker string, lease time.Duration) *queue.JobRow {
 	t.Helper()
-	jobs, err := queue.Claim(b.ctx, b.db.Pool, queue.ClaimParams{Queue: queue.OutboxQueue, WorkerID: worker, Limit: 1, Lease: lease})
+	jobs, err := queue.Claim(b.ctx, b.db.Pool, queue.ClaimParams{Queue: Queue, WorkerID: worker, Limit: 1, Lease: lease})
 	if err != nil || len(jobs) != 1 {
 		t.Fatalf("claim delivery job: %v (%d jobs)", err, len(jobs))
 	}
 	return jobs[0]
 }
 
-func (b *testBundle) outbox(t *testing.T, id int64) *queue.OutboxRow {
+func (b *testBundle) outbox(t *testing.T, id int64) *Row {
 	t.Helper()
-	o, err := queue.GetOutbox(b.ctx, b.db.Pool, id)
+	o, err := Get(b.ctx, b.db.Pool, id)
 	if err != nil {
 		t.Fatalf("get outbox row: %v", err)
 	}
@@ -57,8 +87,8 @@ func TestOutboxRelayWritesAreFenced(t *testing.T) {
 	if jobA.ID != res.DeliveryJobID {
 		t.Fatalf("claimed job %d, want delivery job %d", jobA.ID, res.DeliveryJobID)
 	}
-	leaseA := jobA.Lease()
-	attempt, err := queue.BeginOutboxAttempt(b.ctx, b.db.Pool, res.ID, leaseA)
+	leaseA := queue.LeaseOf(jobA)
+	attempt, err := beginAttempt(b.ctx, b.db.Pool, res.ID, leaseA)
 	if err != nil || attempt != 1 {
 		t.Fatalf("A begins attempt: %d %v", attempt, err)
 	}
@@ -73,16 +103,16 @@ func TestOutboxRelayWritesAreFenced(t *testing.T) {
 		t.Fatalf("reap: %v %+v", err, revs)
 	}
 	jobB := b.claimOutbox(t, "B", time.Minute)
-	leaseB := jobB.Lease()
+	leaseB := queue.LeaseOf(jobB)
 	if jobB.ID != jobA.ID || leaseB.Gen <= leaseA.Gen {
 		t.Fatalf("B claimed %d gen %d after A's gen %d", jobB.ID, leaseB.Gen, leaseA.Gen)
 	}
 	staleBefore := b.events(t, queue.EventStaleWriteRejected)
 	for name, write := range map[string]func() error{
-		"begin":     func() error { _, err := queue.BeginOutboxAttempt(b.ctx, b.db.Pool, res.ID, leaseA); return err },
-		"delivered": func() error { return queue.MarkOutboxDelivered(b.ctx, b.db.Pool, res.ID, leaseA) },
-		"failed":    func() error { return queue.MarkOutboxFailed(b.ctx, b.db.Pool, res.ID, leaseA, "x") },
-		"attempt":   func() error { return queue.RecordOutboxAttempt(b.ctx, b.db.Pool, res.ID, leaseA, "x") },
+		"begin":     func() error { _, err := beginAttempt(b.ctx, b.db.Pool, res.ID, leaseA); return err },
+		"delivered": func() error { return markDelivered(b.ctx, b.db.Pool, res.ID, leaseA) },
+		"failed":    func() error { return markFailed(b.ctx, b.db.Pool, res.ID, leaseA, "x") },
+		"attempt":   func() error { return recordAttempt(b.ctx, b.db.Pool, res.ID, leaseA, "x") },
 	} {
 		if err := write(); !errors.Is(err, queue.ErrLeaseLost) {
 			t.Errorf("%s with A's stale lease: got %v, want ErrLeaseLost", name, err)
@@ -92,17 +122,17 @@ func TestOutboxRelayWritesAreFenced(t *testing.T) {
 		t.Errorf("stale_write_rejected events for A's outbox writes = %d, want 4", n)
 	}
 
-	if _, err := queue.BeginOutboxAttempt(b.ctx, b.db.Pool, res.ID, leaseB); err != nil {
+	if _, err := beginAttempt(b.ctx, b.db.Pool, res.ID, leaseB); err != nil {
 		t.Fatalf("B begins attempt: %v", err)
 	}
-	err = queue.FencedCommit(b.ctx, b.db.Pool, leaseB, func(ctx context.Context, tx pgx.Tx) error {
-		return queue.MarkOutboxDelivered(ctx, tx, res.ID, leaseB)
+	err = queue.WithLease(b.ctx, b.db.Pool, leaseB, queue.LeaseTx{Complete: true}, func(ctx context.Context, tx pgx.Tx) error {
+		return markDelivered(ctx, tx, res.ID, leaseB)
 	})
 	if err != nil {
 		t.Fatalf("B marks delivered: %v", err)
 	}
 	o := b.outbox(t, res.ID)
-	if o.State != queue.OutboxDelivered || o.DeliveredAt == nil || o.Attempt != 2 || o.LeaseGen != leaseB.Gen ||
+	if o.State != StateDelivered || o.DeliveredAt == nil || o.Attempt != 2 || o.LeaseGen != leaseB.Gen ||
 		o.LeasedBy == nil || *o.LeasedBy != "B" || o.LeaseExpiresAt != nil || o.DeliveryJobState != queue.StateCompleted {
 		t.Fatalf("delivered row: %+v", o)
 	}
@@ -112,7 +142,7 @@ func TestOutboxRelayWritesAreFenced(t *testing.T) {
 		t.Fatal(err)
 	}
 	jobC := b.claimOutbox(t, "C", time.Minute)
-	if err := queue.MarkOutboxDelivered(b.ctx, b.db.Pool, res.ID, jobC.Lease()); !errors.Is(err, queue.ErrWrongState) {
+	if err := markDelivered(b.ctx, b.db.Pool, res.ID, queue.LeaseOf(jobC)); !errors.Is(err, ErrWrongState) {
 		t.Fatalf("mark a delivered row again: %v, want ErrWrongState", err)
 	}
 }
@@ -136,7 +166,7 @@ func TestOutboxOrphanFailRetryAndStats(t *testing.T) {
 	if _, err := b.db.Pool.Exec(b.ctx, `UPDATE fenceq_outbox SET available_at = now() - interval '90 seconds' WHERE id = $1`, healthy.ID); err != nil {
 		t.Fatal(err)
 	}
-	st, err := queue.OutboxStats(b.ctx, b.db.Pool)
+	st, err := Stats(b.ctx, b.db.Pool)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,44 +174,44 @@ func TestOutboxOrphanFailRetryAndStats(t *testing.T) {
 		t.Fatalf("stats before sweep: %+v", st)
 	}
 
-	ids, err := queue.FailOrphanedOutbox(b.ctx, b.db.Pool, 100)
+	ids, err := FailOrphaned(b.ctx, b.db.Pool, 100)
 	if err != nil || len(ids) != 1 || ids[0] != res.ID {
 		t.Fatalf("fail orphans: %v %v, want [%d]", ids, err, res.ID)
 	}
 	o := b.outbox(t, res.ID)
-	if o.State != queue.OutboxFailed || o.LastError == nil || !strings.Contains(*o.LastError, "discarded") {
+	if o.State != StateFailed || o.LastError == nil || !strings.Contains(*o.LastError, "discarded") {
 		t.Fatalf("orphan after sweep: %+v", o)
 	}
-	if again, err := queue.FailOrphanedOutbox(b.ctx, b.db.Pool, 100); err != nil || len(again) != 0 {
+	if again, err := FailOrphaned(b.ctx, b.db.Pool, 100); err != nil || len(again) != 0 {
 		t.Fatalf("second sweep: %v %v", again, err)
 	}
-	if st, _ := queue.OutboxStats(b.ctx, b.db.Pool); st.Pending != 1 || st.Failed != 1 || st.Orphaned != 0 {
+	if st, _ := Stats(b.ctx, b.db.Pool); st.Pending != 1 || st.Failed != 1 || st.Orphaned != 0 {
 		t.Fatalf("stats after sweep: %+v", st)
 	}
-	failed, err := queue.ListOutbox(b.ctx, b.db.Pool, queue.OutboxListParams{State: queue.OutboxFailed})
+	failed, err := List(b.ctx, b.db.Pool, ListParams{State: StateFailed})
 	if err != nil || len(failed) != 1 || failed[0].ID != res.ID {
 		t.Fatalf("list failed: %v %+v", err, failed)
 	}
-	if all, err := queue.ListOutbox(b.ctx, b.db.Pool, queue.OutboxListParams{Topic: "email"}); err != nil || len(all) != 2 || all[0].ID != healthy.ID {
+	if all, err := List(b.ctx, b.db.Pool, ListParams{Topic: "email"}); err != nil || len(all) != 2 || all[0].ID != healthy.ID {
 		t.Fatalf("list all (newest first): %v %+v", err, all)
 	}
-	if _, err := queue.ListOutbox(b.ctx, b.db.Pool, queue.OutboxListParams{State: "lost"}); !errors.Is(err, queue.ErrInvalid) {
+	if _, err := List(b.ctx, b.db.Pool, ListParams{State: "lost"}); !errors.Is(err, queue.ErrInvalid) {
 		t.Fatalf("list with a bad state: %v", err)
 	}
 
 	// An operator retries it: pending again, with a new delivery job.
-	r, err := queue.RetryOutbox(b.ctx, b.db.Pool, res.ID)
+	r, err := Retry(b.ctx, b.db.Pool, res.ID)
 	if err != nil {
 		t.Fatalf("retry: %v", err)
 	}
-	if r.State != queue.OutboxPending || r.DeliveryJobID == nil || *r.DeliveryJobID == res.DeliveryJobID ||
+	if r.State != StatePending || r.DeliveryJobID == nil || *r.DeliveryJobID == res.DeliveryJobID ||
 		r.DeliveryJobState != queue.StateAvailable || r.DedupeKey != "order-email:7" {
 		t.Fatalf("retried row: %+v", r)
 	}
-	if _, err := queue.RetryOutbox(b.ctx, b.db.Pool, res.ID); !errors.Is(err, queue.ErrWrongState) {
+	if _, err := Retry(b.ctx, b.db.Pool, res.ID); !errors.Is(err, ErrWrongState) {
 		t.Fatalf("retry a pending row with a live job: %v, want ErrWrongState", err)
 	}
-	if _, err := queue.RetryOutbox(b.ctx, b.db.Pool, 987654); !errors.Is(err, queue.ErrNotFound) {
+	if _, err := Retry(b.ctx, b.db.Pool, 987654); !errors.Is(err, queue.ErrNotFound) {
 		t.Fatalf("retry unknown row: %v, want ErrNotFound", err)
 	}
 
@@ -195,31 +225,31 @@ func TestOutboxOrphanFailRetryAndStats(t *testing.T) {
 	if newJob == nil {
 		t.Fatalf("new delivery job %d was not claimed", *r.DeliveryJobID)
 	}
-	err = queue.WithLease(b.ctx, b.db.Pool, newJob.Lease(), func(ctx context.Context, tx pgx.Tx) error {
-		return queue.MarkOutboxFailed(ctx, tx, res.ID, newJob.Lease(), "550 no such user")
+	err = queue.WithLease(b.ctx, b.db.Pool, queue.LeaseOf(newJob), queue.LeaseTx{}, func(ctx context.Context, tx pgx.Tx) error {
+		return markFailed(ctx, tx, res.ID, queue.LeaseOf(newJob), "550 no such user")
 	})
 	if err != nil {
 		t.Fatalf("mark failed: %v", err)
 	}
 	o = b.outbox(t, res.ID)
-	if o.State != queue.OutboxFailed || o.LastError == nil || *o.LastError != "550 no such user" || o.LeaseGen != newJob.LeaseGen {
+	if o.State != StateFailed || o.LastError == nil || *o.LastError != "550 no such user" || o.LeaseGen != newJob.LeaseGen {
 		t.Fatalf("failed row: %+v", o)
 	}
 
 	// Between marking the row failed and ending its job, the failed row still has an
 	// unfinished delivery job: a retry now would link the row back to that job, which
 	// delivers nothing. It is refused and changes nothing.
-	if _, err := queue.RetryOutbox(b.ctx, b.db.Pool, res.ID); !errors.Is(err, queue.ErrWrongState) {
+	if _, err := Retry(b.ctx, b.db.Pool, res.ID); !errors.Is(err, ErrWrongState) {
 		t.Fatalf("retry while the last delivery job still runs: %v, want ErrWrongState", err)
 	}
-	if o := b.outbox(t, res.ID); o.State != queue.OutboxFailed || o.DeliveryJobID == nil || *o.DeliveryJobID != newJob.ID {
+	if o := b.outbox(t, res.ID); o.State != StateFailed || o.DeliveryJobID == nil || *o.DeliveryJobID != newJob.ID {
 		t.Fatalf("row after the refused retry: %+v", o)
 	}
-	if _, err := queue.Fail(b.ctx, b.db.Pool, newJob.Lease(), queue.FailParams{Err: "550", Discard: true}); err != nil {
+	if _, err := queue.Fail(b.ctx, b.db.Pool, queue.LeaseOf(newJob), queue.FailParams{Err: "550", Discard: true}); err != nil {
 		t.Fatal(err)
 	}
-	r, err = queue.RetryOutbox(b.ctx, b.db.Pool, res.ID)
-	if err != nil || r.State != queue.OutboxPending || r.DeliveryJobID == nil || *r.DeliveryJobID == newJob.ID {
+	r, err = Retry(b.ctx, b.db.Pool, res.ID)
+	if err != nil || r.State != StatePending || r.DeliveryJobID == nil || *r.DeliveryJobID == newJob.ID {
 		t.Fatalf("retry once the job ended: %+v %v; want pending with a new delivery job", r, err)
 	}
 }
@@ -231,14 +261,14 @@ func TestOutboxRowReportsTheLiveLeaseExpiry(t *testing.T) {
 	b := setup(t)
 	res := b.insertOutbox(t, "live-lease", 3)
 	job := b.claimOutbox(t, "R", 2*time.Second)
-	if _, err := queue.BeginOutboxAttempt(b.ctx, b.db.Pool, res.ID, job.Lease()); err != nil {
+	if _, err := beginAttempt(b.ctx, b.db.Pool, res.ID, queue.LeaseOf(job)); err != nil {
 		t.Fatal(err)
 	}
 	first := b.outbox(t, res.ID).LeaseExpiresAt
 	if first == nil {
 		t.Fatal("no lease expiry on a row being delivered")
 	}
-	hb, err := queue.Heartbeat(b.ctx, b.db.Pool, "R", []queue.Lease{job.Lease()}, time.Hour)
+	hb, err := queue.Heartbeat(b.ctx, b.db.Pool, "R", []queue.Lease{queue.LeaseOf(job)}, time.Hour)
 	if err != nil || len(hb.Renewed) != 1 {
 		t.Fatalf("heartbeat: %+v %v", hb, err)
 	}
@@ -246,7 +276,7 @@ func TestOutboxRowReportsTheLiveLeaseExpiry(t *testing.T) {
 	if renewed == nil || !renewed.After(first.Add(30*time.Minute)) {
 		t.Fatalf("lease expiry after a one-hour renewal: %v (was %v)", renewed, first)
 	}
-	if err := queue.Complete(b.ctx, b.db.Pool, job.Lease()); err != nil {
+	if err := queue.Complete(b.ctx, b.db.Pool, queue.LeaseOf(job)); err != nil {
 		t.Fatal(err)
 	}
 	if got := b.outbox(t, res.ID).LeaseExpiresAt; got != nil {

@@ -1,4 +1,4 @@
-package queue
+package idempotency
 
 // SQL for fenceq_idempotency_keys. Expiry is decided by the database's clock (now()).
 

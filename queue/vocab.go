@@ -1,0 +1,114 @@
+package queue
+
+import (
+	"slices"
+	"strings"
+)
+
+// State is the state of a job row.
+type State string
+
+// Job states. See doc.go for the state machine.
+const (
+	StateAvailable State = "available" // ready to be claimed
+	StateScheduled State = "scheduled" // waits for run_at
+	StateRunning   State = "running"   // leased to a worker
+	StateRetryable State = "retryable" // failed, waits for run_at to retry
+	StateCompleted State = "completed" // final: succeeded
+	StateDiscarded State = "discarded" // final: failed past max attempts, or discarded
+	StateCancelled State = "cancelled" // final: cancelled by handler or operator
+)
+
+// The state lists, defined once. Statements get them from the SQL spellings below, and
+// code outside this package from the functions that return copies.
+var (
+	jobStates = [...]State{StateAvailable, StateScheduled, StateRunning, StateRetryable,
+		StateCompleted, StateDiscarded, StateCancelled}
+	unfinishedStates = [...]State{StateAvailable, StateScheduled, StateRunning, StateRetryable}
+	finalStates      = [...]State{StateCompleted, StateDiscarded, StateCancelled}
+	// waitingStates are the unfinished states of a job nobody holds.
+	waitingStates = [...]State{StateAvailable, StateScheduled, StateRetryable}
+	// dueStates wait for run_at and are promoted to available when it passes.
+	dueStates = [...]State{StateScheduled, StateRetryable}
+)
+
+// JobStates returns every job state, in the order operators read them.
+func JobStates() []State { return slices.Clone(jobStates[:]) }
+
+// UnfinishedStates returns the states of a job that will still run or is running.
+func UnfinishedStates() []State { return slices.Clone(unfinishedStates[:]) }
+
+// FinalStates returns the states of a finished job.
+func FinalStates() []State { return slices.Clone(finalStates[:]) }
+
+// Final reports whether the state is final: the job will never run again unless an
+// operator retries it.
+func (s State) Final() bool { return slices.Contains(finalStates[:], s) }
+
+// Valid reports whether s names a job state.
+func (s State) Valid() bool { return slices.Contains(jobStates[:], s) }
+
+// LeaseEventKind names what happened to a lease. The kinds are the contract of
+// fenceq_lease_events.kind.
+type LeaseEventKind string
+
+// Lease event kinds.
+const (
+	// EventRevoked: the reaper or an operator took the lease away and bumped the generation.
+	EventRevoked LeaseEventKind = "revoked"
+	// EventStaleWriteRejected: a write under an old generation matched nothing.
+	EventStaleWriteRejected LeaseEventKind = "stale_write_rejected"
+	// EventExpiredHolderAlive: a lease expired while its holder process still heartbeated.
+	EventExpiredHolderAlive LeaseEventKind = "expired_holder_alive"
+	// EventHeartbeatLost: a holder's heartbeat found its lease gone.
+	EventHeartbeatLost LeaseEventKind = "heartbeat_lost"
+)
+
+var leaseEventKinds = [...]LeaseEventKind{EventRevoked, EventStaleWriteRejected, EventExpiredHolderAlive, EventHeartbeatLost}
+
+// LeaseEventKinds returns every lease event kind.
+func LeaseEventKinds() []LeaseEventKind { return slices.Clone(leaseEventKinds[:]) }
+
+// Details of the revoked events, which tell why a lease was revoked. A holder that finds
+// its lease gone looks for detailExpired to tell an expiry (it was paused or stuck) from
+// an operator's action.
+const (
+	detailExpired          = "lease expired"
+	detailCancelledByAdmin = "cancelled by operator"
+	detailRequeuedByAdmin  = "requeued by operator"
+)
+
+// SQL spellings of the vocabulary above. Statements name states literally where the
+// planner must match them against a partial index's predicate (a parameter would not
+// match), so they are rendered here from the constants, never typed again.
+var (
+	sqlUnfinished = sqlList(unfinishedStates[:])
+	sqlFinal      = sqlList(finalStates[:])
+	sqlWaiting    = sqlList(waitingStates[:])
+	sqlDue        = sqlList(dueStates[:])
+
+	sqlAvailable = sqlLit(StateAvailable)
+	sqlScheduled = sqlLit(StateScheduled)
+	sqlRunning   = sqlLit(StateRunning)
+	sqlRetryable = sqlLit(StateRetryable)
+	sqlCompleted = sqlLit(StateCompleted)
+	sqlDiscarded = sqlLit(StateDiscarded)
+	sqlCancelled = sqlLit(StateCancelled)
+
+	sqlEventRevoked      = sqlLit(EventRevoked)
+	sqlEventStaleWrite   = sqlLit(EventStaleWriteRejected)
+	sqlEventHolderAlive  = sqlLit(EventExpiredHolderAlive)
+	sqlEventHeartbeatLost = sqlLit(EventHeartbeatLost)
+)
+
+// sqlLit renders a vocabulary word as an SQL string literal.
+func sqlLit[T ~string](v T) string { return "'" + strings.ReplaceAll(string(v), "'", "''") + "'" }
+
+// sqlList renders words as a parenthesized SQL list: ('a', 'b').
+func sqlList[T ~string](vs []T) string {
+	parts := make([]string, len(vs))
+	for i, v := range vs {
+		parts[i] = sqlLit(v)
+	}
+	return "(" + strings.Join(parts, ", ") + ")"
+}
