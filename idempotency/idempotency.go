@@ -23,7 +23,6 @@
 // request owns it, store its response, or replay the stored one.
 package idempotency
 
-
 import (
 	"bytes"
 	"context"

@@ -61,9 +61,9 @@ type AttemptError struct {
 
 // JobRow is one row of fenceq_jobs.
 type JobRow struct {
-	ID             int64           `json:"id"`
-	Queue          string          `json:"queue"`
-	Kind           string          `json:"kind"`
+	ID    int64  `json:"id"`
+	Queue string `json:"queue"`
+	Kind  string `json:"kind"`
 	// EncodedArgs are the job's arguments as stored: a JSON object. A handler reads
 	// them decoded, as Job[T].Args.
 	EncodedArgs    json.RawMessage `json:"args"`

@@ -95,9 +95,9 @@ var (
 	sqlDiscarded = sqlLit(StateDiscarded)
 	sqlCancelled = sqlLit(StateCancelled)
 
-	sqlEventRevoked      = sqlLit(EventRevoked)
-	sqlEventStaleWrite   = sqlLit(EventStaleWriteRejected)
-	sqlEventHolderAlive  = sqlLit(EventExpiredHolderAlive)
+	sqlEventRevoked       = sqlLit(EventRevoked)
+	sqlEventStaleWrite    = sqlLit(EventStaleWriteRejected)
+	sqlEventHolderAlive   = sqlLit(EventExpiredHolderAlive)
 	sqlEventHeartbeatLost = sqlLit(EventHeartbeatLost)
 )
 
