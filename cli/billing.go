@@ -7,6 +7,7 @@ import (
 
 	ucli "github.com/urfave/cli/v2"
 
+	"github.com/fenceq/fenceq/jobs/builtin"
 	"github.com/fenceq/fenceq/jobs/invoice"
 )
 
@@ -66,7 +67,7 @@ func billingRun(c *ucli.Context) error {
 	if err != nil {
 		return err
 	}
-	pool, err := openSchema(c, 4)
+	pool, err := openSchema(c, 4, builtin.Migrations()...)
 	if err != nil {
 		return err
 	}
@@ -94,7 +95,7 @@ func billingSeed(c *ucli.Context) error {
 	if n < 1 || n > 1_000_000 {
 		return usageError{fmt.Errorf("invalid --customers %d: want 1 to 1000000", n)}
 	}
-	pool, err := openSchema(c, 4)
+	pool, err := openSchema(c, 4, builtin.Migrations()...)
 	if err != nil {
 		return err
 	}

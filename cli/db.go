@@ -8,11 +8,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/fenceq/fenceq/internal/redact"
+	"github.com/fenceq/fenceq/jobs/builtin"
 	"github.com/fenceq/fenceq/migrations"
 )
 
@@ -93,44 +95,74 @@ func openPoolURL(ctx context.Context, raw string, maxConns int32) (*pgxpool.Pool
 	return pool, nil
 }
 
-const sqlSchemaVersion = `
-SELECT to_regclass('fenceq_jobs') IS NOT NULL, to_regclass('` + migrations.Table + `') IS NOT NULL`
+// sqlSetVersion reads a migration set's version table, if it exists: the check runs
+// without golang-migrate, whose session advisory lock a pooler in transaction mode
+// cannot carry.
+const sqlTableExists = `SELECT to_regclass($1) IS NOT NULL`
 
-const sqlMigrationVersion = `SELECT version, dirty FROM ` + migrations.Table + ` LIMIT 1`
-
-// requireSchema fails with one clear line unless the fenceq tables exist at the
-// version this build needs.
-func requireSchema(ctx context.Context, pool *pgxpool.Pool, raw string) error {
-	var jobs, mig bool
-	if err := pool.QueryRow(ctx, sqlSchemaVersion).Scan(&jobs, &mig); err != nil {
-		return fmt.Errorf("check the fenceq schema: %w", err)
+// setBehind checks one migration set: nil when it is current, else one clear line.
+func setBehind(ctx context.Context, pool *pgxpool.Pool, raw string, s migrations.Set) error {
+	var exists bool
+	if err := pool.QueryRow(ctx, sqlTableExists, s.Table).Scan(&exists); err != nil {
+		return fmt.Errorf("check the %s schema: %w", s.Name, err)
 	}
-	if !jobs || !mig {
-		return fmt.Errorf("the database at %s has no fenceq tables (run `fenceq migrate up`)", RedactURL(raw))
+	if !exists {
+		if s.Name == migrations.Core().Name {
+			return fmt.Errorf("the database at %s has no fenceq tables (run `fenceq migrate up`)", RedactURL(raw))
+		}
+		return fmt.Errorf("the database at %s has no %s tables (run `fenceq migrate up`)", RedactURL(raw), s.Name)
 	}
 	var v int64
 	var dirty bool
-	if err := pool.QueryRow(ctx, sqlMigrationVersion).Scan(&v, &dirty); err != nil {
-		return fmt.Errorf("the database at %s has no recorded fenceq schema version (run `fenceq migrate up`): %w", RedactURL(raw), err)
+	err := pool.QueryRow(ctx, `SELECT version, dirty FROM `+pgx.Identifier{s.Table}.Sanitize()+` LIMIT 1`).Scan(&v, &dirty)
+	if err != nil {
+		return fmt.Errorf("the database at %s has no recorded %s schema version (run `fenceq migrate up`): %w", RedactURL(raw), s.Name, err)
 	}
 	if dirty {
-		return fmt.Errorf("the fenceq schema at %s is dirty: migration %d failed half-way; repair it by hand", RedactURL(raw), v)
+		return fmt.Errorf("the %s schema at %s is dirty: migration %d failed half-way; repair it by hand", s.Name, RedactURL(raw), v)
 	}
-	if latest := int64(migrations.Latest()); v < latest {
-		return fmt.Errorf("the fenceq schema at %s is at version %d, this build needs %d (run `fenceq migrate up`)", RedactURL(raw), v, latest)
+	if latest := int64(s.Latest()); v < latest {
+		return fmt.Errorf("the %s schema at %s is at version %d, this build needs %d (run `fenceq migrate up`)", s.Name, RedactURL(raw), v, latest)
 	}
 	return nil
 }
 
-// openSchema connects and checks the schema: what every admin command starts with.
-func openSchema(c *ucli.Context, maxConns int32) (*pgxpool.Pool, error) {
+// openSchema connects and checks that the given migration sets (the core's when none)
+// are current: what every admin command starts with.
+func openSchema(c *ucli.Context, maxConns int32, sets ...migrations.Set) (*pgxpool.Pool, error) {
+	if len(sets) == 0 {
+		sets = []migrations.Set{migrations.Core()}
+	}
 	pool, err := openPool(c, maxConns)
 	if err != nil {
 		return nil, err
 	}
-	if err := requireSchema(c.Context, pool, dbURL(c)); err != nil {
-		pool.Close()
+	for _, s := range sets {
+		if err := setBehind(c.Context, pool, dbURL(c), s); err != nil {
+			pool.Close()
+			return nil, err
+		}
+	}
+	return pool, nil
+}
+
+// openMigrated connects and applies the migrations of every built-in set that is
+// behind, as the commands that run the built-in jobs do at start. A schema that is
+// current is only read, so a worker behind a pooler in transaction mode starts on a
+// schema migrated beforehand.
+func openMigrated(c *ucli.Context, maxConns int32) (*pgxpool.Pool, error) {
+	pool, err := openPool(c, maxConns)
+	if err != nil {
 		return nil, err
+	}
+	for _, s := range builtin.Migrations() {
+		if setBehind(c.Context, pool, dbURL(c), s) == nil {
+			continue
+		}
+		if err := s.Up(c.Context, pool); err != nil {
+			pool.Close()
+			return nil, err
+		}
 	}
 	return pool, nil
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/fenceq/fenceq/internal/connstr"
 	"github.com/fenceq/fenceq/internal/pgcluster"
 	"github.com/fenceq/fenceq/internal/verify"
+	"github.com/fenceq/fenceq/jobs/builtin"
 	"github.com/fenceq/fenceq/migrations"
 )
 
@@ -161,7 +162,7 @@ func demoAction(c *ucli.Context) error {
 		return err
 	}
 	defer pool.Close()
-	if err := migrations.Up(ctx, pool); err != nil {
+	if err := migrations.UpAll(ctx, pool, builtin.Migrations()...); err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/fenceq/fenceq/cli"
 	"github.com/fenceq/fenceq/internal/dbtest"
+	"github.com/fenceq/fenceq/jobs/builtin"
 )
 
 // result is one in-process run of the fenceq command.
@@ -28,7 +29,14 @@ func setup(t *testing.T, opts ...dbtest.Options) *testBundle {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
-	return &testBundle{db: dbtest.New(t, opts...), ctx: ctx}
+	var o dbtest.Options
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	if !o.NoMigrate {
+		o.Migrations = builtin.Migrations()
+	}
+	return &testBundle{db: dbtest.New(t, o), ctx: ctx}
 }
 
 // run runs `fenceq args… --database-url <test schema>`.

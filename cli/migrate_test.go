@@ -16,26 +16,35 @@ func TestMigrateRoundTrip(t *testing.T) {
 	// Before migrations, admin commands say what to do.
 	oneErrorLine(t, b.run(t, "jobs", "list"), "run `fenceq migrate up`")
 
+	var reps []migrations.Report
 	var st migrations.Report
-	b.okJSON(t, &st, "migrate", "status")
-	if st.Version != 0 || len(st.Migrations) != int(latest) {
-		t.Fatalf("fresh status: %+v, want version 0 of %d", st, latest)
+	status := func() {
+		t.Helper()
+		b.okJSON(t, &reps, "migrate", "status")
+		if len(reps) != 3 || reps[0].Set != "fenceq" || reps[1].Set != "invoice" || reps[2].Set != "order" {
+			t.Fatalf("status reports sets %+v, want fenceq, invoice, order", reps)
+		}
+		st = reps[0]
+	}
+	status()
+	if st.Version != 0 || len(st.Migrations) != int(latest) || reps[1].Version != 0 {
+		t.Fatalf("fresh status: %+v, want version 0 of %d", reps, latest)
 	}
 	out := b.ok(t, "migrate", "up")
 	if !strings.Contains(out, "applied") {
 		t.Errorf("migrate up printed %q", out)
 	}
-	if out := b.ok(t, "migrate", "up"); !strings.Contains(out, "schema is current") {
-		t.Errorf("second migrate up printed %q, want current", out)
+	if out := b.ok(t, "migrate", "up"); strings.Count(out, "schema is current") != 3 {
+		t.Errorf("second migrate up printed %q, want every set current", out)
 	}
-	b.okJSON(t, &st, "migrate", "status")
-	if st.Version != latest {
-		t.Fatalf("after up: version %d, want %d", st.Version, latest)
+	status()
+	if st.Version != latest || !reps[1].Current() || !reps[2].Current() {
+		t.Fatalf("after up: %+v, want every set current", reps)
 	}
 	b.ok(t, "jobs", "list")
 
 	b.ok(t, "migrate", "down", "2")
-	b.okJSON(t, &st, "migrate", "status")
+	status()
 	if st.Version != latest-2 {
 		t.Fatalf("after down 2: version %d, want %d", st.Version, latest-2)
 	}
@@ -45,24 +54,31 @@ func TestMigrateRoundTrip(t *testing.T) {
 	}
 
 	b.ok(t, "migrate", "down")
-	b.okJSON(t, &st, "migrate", "status")
+	status()
 	if st.Version != latest-3 {
 		t.Fatalf("after down: version %d, want %d", st.Version, latest-3)
 	}
 	oneErrorLine(t, b.run(t, "migrate", "down", "99"), "only")
 	oneErrorLine(t, b.run(t, "migrate", "down", "zero"), "invalid number of migrations")
+	oneErrorLine(t, b.run(t, "migrate", "down", "--set", "nope"), "invalid --set")
+	// The order set's tables go with its own down, and only they.
+	b.ok(t, "migrate", "down", "--set", "order")
+	status()
+	if reps[2].Version != 0 || reps[1].Version == 0 {
+		t.Fatalf("after down --set order: %+v", reps)
+	}
 	b.ok(t, "migrate", "down", "--all")
 	var tables int
 	if err := b.db.Pool.QueryRow(b.ctx, `SELECT count(*) FROM pg_tables WHERE schemaname = $1
-		AND tablename <> $2`, b.db.Schema, migrations.Table).Scan(&tables); err != nil {
+		AND NOT tablename LIKE '%schema_migrations'`, b.db.Schema).Scan(&tables); err != nil {
 		t.Fatal(err)
 	}
 	if tables != 0 {
 		t.Fatalf("%d tables left after migrate down --all", tables)
 	}
 	b.ok(t, "migrate", "up")
-	b.okJSON(t, &st, "migrate", "status")
-	if st.Version != latest {
-		t.Fatalf("after down --all and up: version %d, want %d", st.Version, latest)
+	status()
+	if st.Version != latest || !reps[1].Current() || !reps[2].Current() {
+		t.Fatalf("after down --all and up: %+v", reps)
 	}
 }

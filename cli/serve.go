@@ -38,7 +38,7 @@ func serve(c *ucli.Context) error {
 	if c.Int("max-conns") < 1 {
 		return usageError{fmt.Errorf("invalid --max-conns %d: must be at least 1", c.Int("max-conns"))}
 	}
-	pool, err := openSchema(c, int32(c.Int("max-conns")))
+	pool, err := openMigrated(c, int32(c.Int("max-conns")))
 	if err != nil {
 		return err
 	}

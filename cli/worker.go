@@ -70,7 +70,7 @@ func workerAction(c *ucli.Context) error {
 	if c.Int("max-conns") < 2 {
 		return usageError{fmt.Errorf("invalid --max-conns %d: must be at least 2", c.Int("max-conns"))}
 	}
-	pool, err := openSchema(c, int32(c.Int("max-conns")))
+	pool, err := openMigrated(c, int32(c.Int("max-conns")))
 	if err != nil {
 		return err
 	}

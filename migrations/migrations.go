@@ -1,9 +1,14 @@
 // Package migrations holds fenceq's numbered SQL migrations, embedded in the binary, and
-// runs them with golang-migrate (iofs source, pgx/v5 driver).
+// runs them with golang-migrate (iofs source, pgx/v5 driver). They create fenceq_*
+// tables only: an application's own tables stay its own.
 //
 // Tables are created unqualified, so the connection's search_path decides the schema.
 // Applied versions are recorded in fenceq_schema_migrations, apart from any
 // schema_migrations table an application keeps for itself.
+//
+// A Set is any such group of embedded migrations with a version table of its own; the
+// built-in jobs keep their business tables in sets of their own, and an application
+// can do the same.
 package migrations
 
 import (
@@ -26,12 +31,28 @@ import (
 //go:embed *.sql
 var files embed.FS
 
-// Table is the table in which applied migration versions are recorded.
+// Table is the table in which the core's applied migration versions are recorded.
 const Table = "fenceq_schema_migrations"
+
+// Core returns the set of fenceq's own tables.
+func Core() Set { return Set{Name: "fenceq", FS: files, Dir: ".", Table: Table} }
 
 // ErrDirty reports a migration that failed half-way; fix the schema by hand, then force
 // the version with golang-migrate's tooling.
 var ErrDirty = errors.New("database schema is dirty: a migration failed half-way")
+
+// Set is a group of numbered migrations (NNNNNN_name.up.sql and .down.sql files in Dir
+// of FS) whose applied version is recorded in Table.
+type Set struct {
+	// Name names the set in errors and reports, e.g. "invoice".
+	Name string
+	// FS holds the files, typically an embed.FS.
+	FS fs.FS
+	// Dir is the directory of FS that holds them; "." for the root.
+	Dir string
+	// Table records the applied version; it must differ between sets in one schema.
+	Table string
+}
 
 // Migration is one numbered migration and whether it is applied.
 type Migration struct {
@@ -40,30 +61,53 @@ type Migration struct {
 	Applied bool   `json:"applied"`
 }
 
-// Report is the state of the schema: the current version and every known migration.
+// Report is the state of one set in the schema: its current version and every known
+// migration.
 type Report struct {
+	Set        string      `json:"set"`
 	Version    uint        `json:"version"`
+	Latest     uint        `json:"latest"`
 	Dirty      bool        `json:"dirty"`
 	Migrations []Migration `json:"migrations"`
 }
 
-// Latest returns the highest migration version embedded in this build.
-func Latest() uint {
-	all, _ := list()
+// Current reports whether every migration of the set is applied and none failed.
+func (r Report) Current() bool { return !r.Dirty && r.Version >= r.Latest }
+
+// Latest returns the highest version of the core's migrations.
+func Latest() uint { return Core().Latest() }
+
+// Up applies every pending migration of the core. It is a no-op when the schema is
+// current.
+func Up(ctx context.Context, pool *pgxpool.Pool) error { return Core().Up(ctx, pool) }
+
+// Down reverts the given number of the core's applied migrations; steps <= 0 reverts
+// all of them.
+func Down(ctx context.Context, pool *pgxpool.Pool, steps int) error {
+	return Core().Down(ctx, pool, steps)
+}
+
+// Status reports the core's current version and which of its migrations are applied.
+func Status(ctx context.Context, pool *pgxpool.Pool) (Report, error) { return Core().Status(ctx, pool) }
+
+// Latest returns the highest migration version of the set.
+func (s Set) Latest() uint {
+	all, _ := s.list()
 	if len(all) == 0 {
 		return 0
 	}
 	return all[len(all)-1].Version
 }
 
-// Up applies every pending migration. It is a no-op when the schema is current.
-func Up(ctx context.Context, pool *pgxpool.Pool) error {
-	return run(ctx, pool, "migrate up", true, func(m *migrate.Migrate) error { return m.Up() })
+// Up applies every pending migration of the set. It is a no-op when the set is current.
+func (s Set) Up(ctx context.Context, pool *pgxpool.Pool) error {
+	return s.run(ctx, pool, "migrate up", true, func(m *migrate.Migrate) error { return m.Up() })
 }
 
-// Down reverts the given number of applied migrations; steps <= 0 reverts all of them.
-func Down(ctx context.Context, pool *pgxpool.Pool, steps int) error {
-	return run(ctx, pool, "migrate down", true, func(m *migrate.Migrate) error {
+// Down reverts the given number of applied migrations of the set; steps <= 0 reverts
+// all of them.
+func (s Set) Down(ctx context.Context, pool *pgxpool.Pool, steps int) error {
+	return s.run(ctx, pool, "migrate down", true, func(m *migrate.Migrate) error {
 		if steps <= 0 {
 			return m.Down()
 		}
@@ -71,16 +115,16 @@ func Down(ctx context.Context, pool *pgxpool.Pool, steps int) error {
 	})
 }
 
-// Status reports the current version and which embedded migrations are applied.
-func Status(ctx context.Context, pool *pgxpool.Pool) (Report, error) {
-	var rep Report
-	err := run(ctx, pool, "migrate status", false, func(m *migrate.Migrate) error {
+// Status reports the set's current version and which of its migrations are applied.
+func (s Set) Status(ctx context.Context, pool *pgxpool.Pool) (Report, error) {
+	rep := Report{Set: s.Name, Latest: s.Latest()}
+	err := s.run(ctx, pool, "migrate status", false, func(m *migrate.Migrate) error {
 		v, dirty, err := m.Version()
 		if err != nil && !errors.Is(err, migrate.ErrNilVersion) {
 			return err
 		}
 		rep.Version, rep.Dirty = v, dirty
-		all, err := list()
+		all, err := s.list()
 		if err != nil {
 			return err
 		}
@@ -95,17 +139,18 @@ func Status(ctx context.Context, pool *pgxpool.Pool) (Report, error) {
 
 // run opens golang-migrate on pool and calls fn. With refuseDirty it first refuses a
 // dirty schema (Up and Down); Status reports it instead.
-func run(ctx context.Context, pool *pgxpool.Pool, what string, refuseDirty bool, fn func(*migrate.Migrate) error) error {
+func (s Set) run(ctx context.Context, pool *pgxpool.Pool, what string, refuseDirty bool, fn func(*migrate.Migrate) error) error {
+	what = what + " (" + s.Name + ")"
 	if err := pool.Ping(ctx); err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
-	src, err := iofs.New(files, ".")
+	src, err := iofs.New(s.FS, s.Dir)
 	if err != nil {
 		return fmt.Errorf("%s: open embedded migrations: %w", what, err)
 	}
 	db := stdlib.OpenDBFromPool(pool)
 	defer db.Close()
-	drv, err := migratepgx.WithInstance(db, &migratepgx.Config{MigrationsTable: Table})
+	drv, err := migratepgx.WithInstance(db, &migratepgx.Config{MigrationsTable: s.Table})
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
@@ -129,8 +174,8 @@ func run(ctx context.Context, pool *pgxpool.Pool, what string, refuseDirty bool,
 
 var nameRe = regexp.MustCompile(`^(\d+)_(.+)\.up\.sql$`)
 
-func list() ([]Migration, error) {
-	entries, err := fs.ReadDir(files, ".")
+func (s Set) list() ([]Migration, error) {
+	entries, err := fs.ReadDir(s.FS, s.Dir)
 	if err != nil {
 		return nil, err
 	}
@@ -148,4 +193,15 @@ func list() ([]Migration, error) {
 	}
 	slices.SortFunc(out, func(a, b Migration) int { return int(a.Version) - int(b.Version) })
 	return out, nil
+}
+
+// UpAll applies the pending migrations of each set, in order: the core first when a
+// caller lists it first, as the sets of business tables may refer to it.
+func UpAll(ctx context.Context, pool *pgxpool.Pool, sets ...Set) error {
+	for _, s := range sets {
+		if err := s.Up(ctx, pool); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -3,6 +3,7 @@ package migrations_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -104,5 +105,26 @@ func TestDirtySchemaIsReportedAndRefused(t *testing.T) {
 	}
 	if err := migrations.Down(ctx, db.Pool, 1); !errors.Is(err, migrations.ErrDirty) {
 		t.Fatalf("down on a dirty schema: %v, want ErrDirty", err)
+	}
+}
+
+// An application that applies fenceq's migrations gets fenceq's tables and nothing else
+// next to its own.
+func TestUpCreatesOnlyFenceqTables(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	db := dbtest.New(t, dbtest.Options{NoMigrate: true})
+	if err := migrations.Up(ctx, db.Pool); err != nil {
+		t.Fatal(err)
+	}
+	have := tables(t, db)
+	if len(have) < 6 {
+		t.Fatalf("tables after up: %v", have)
+	}
+	for name := range have {
+		if !strings.HasPrefix(name, "fenceq_") {
+			t.Errorf("migrations.Up created table %s", name)
+		}
 	}
 }

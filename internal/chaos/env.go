@@ -21,6 +21,7 @@ import (
 	"github.com/fenceq/fenceq/internal/faultproxy"
 	"github.com/fenceq/fenceq/internal/pgcluster"
 	"github.com/fenceq/fenceq/internal/redact"
+	"github.com/fenceq/fenceq/jobs/builtin"
 	"github.com/fenceq/fenceq/migrations"
 )
 
@@ -244,7 +245,7 @@ func NewEnv(ctx context.Context, cfg EnvConfig) (e *Env, err error) {
 		return e, fmt.Errorf("chaos: connect: %w", err)
 	}
 	if e.ownsSchema {
-		if err := migrations.Up(ctx, e.Pool); err != nil {
+		if err := migrations.UpAll(ctx, e.Pool, builtin.Migrations()...); err != nil {
 			return e, fmt.Errorf("chaos: migrate schema %s: %w", e.Schema, err)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/fenceq/fenceq/internal/dbtest"
 	"github.com/fenceq/fenceq/internal/pgcluster"
+	"github.com/fenceq/fenceq/jobs/builtin"
 )
 
 // testLog is a slog handler writing to t.Log until the test ends.
@@ -47,7 +48,7 @@ func testEnvConfig(t testing.TB, cfg EnvConfig) EnvConfig {
 	t.Helper()
 	cfg.Binary = TestBinary
 	if !cfg.OwnCluster && cfg.DatabaseURL == "" {
-		db := dbtest.New(t, dbtest.Options{MaxConns: 2})
+		db := dbtest.New(t, dbtest.Options{MaxConns: 2, Migrations: builtin.Migrations()})
 		cfg.DatabaseURL = db.URL
 	}
 	cfg.NaiveCommand = TestNaiveCommand

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fenceq/fenceq/internal/dbtest"
+	"github.com/fenceq/fenceq/jobs/builtin"
 )
 
 // startPgBouncer runs PgBouncer (the distribution's binary) in transaction pooling mode
@@ -120,7 +121,7 @@ func TestThroughPgBouncer(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts PgBouncer; skipped with -short")
 	}
-	db := dbtest.New(t, dbtest.Options{MaxConns: 2})
+	db := dbtest.New(t, dbtest.Options{MaxConns: 2, Migrations: builtin.Migrations()})
 	bouncer := startPgBouncer(t, db)
 	rep := runChaos(t, Config{
 		Env: EnvConfig{Workers: 3, Concurrency: 3, DatabaseURL: db.URL, WorkerDatabaseURL: bouncer,

@@ -48,6 +48,9 @@ type Options struct {
 	MaxConns int32
 	// NoMigrate leaves the schema empty.
 	NoMigrate bool
+	// Migrations are the sets applied to the schema, in order. Defaults to the core's
+	// alone (migrations.Core()).
+	Migrations []migrations.Set
 }
 
 // New creates a fresh schema, migrates it (unless NoMigrate), and returns a pool whose
@@ -102,7 +105,11 @@ func New(t testing.TB, opts ...Options) *DB {
 	}
 	t.Cleanup(pool.Close)
 	if !o.NoMigrate {
-		if err := migrations.Up(ctx, pool); err != nil {
+		sets := o.Migrations
+		if len(sets) == 0 {
+			sets = []migrations.Set{migrations.Core()}
+		}
+		if err := migrations.UpAll(ctx, pool, sets...); err != nil {
 			t.Fatalf("dbtest: migrate schema %s: %v", schema, err)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/fenceq/fenceq/internal/dbtest"
 	"github.com/fenceq/fenceq/internal/verify"
+	"github.com/fenceq/fenceq/jobs/builtin"
 	"github.com/fenceq/fenceq/outbox"
 	"github.com/fenceq/fenceq/queue"
 )
@@ -22,7 +23,14 @@ func setup(t *testing.T, opts ...dbtest.Options) *testBundle {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
-	return &testBundle{db: dbtest.New(t, opts...), ctx: ctx}
+	var o dbtest.Options
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	if !o.NoMigrate {
+		o.Migrations = builtin.Migrations()
+	}
+	return &testBundle{db: dbtest.New(t, o), ctx: ctx}
 }
 
 func (b *testBundle) exec(t *testing.T, sql string, args ...any) {

@@ -17,6 +17,7 @@ import (
 	"github.com/fenceq/fenceq/jobs/email"
 	"github.com/fenceq/fenceq/jobs/email/emailtest"
 	"github.com/fenceq/fenceq/jobs/invoice"
+	"github.com/fenceq/fenceq/migrations"
 	"github.com/fenceq/fenceq/outbox"
 	"github.com/fenceq/fenceq/queue"
 )
@@ -37,7 +38,7 @@ func setup(t *testing.T) *testBundle {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
-	b := &testBundle{db: dbtest.New(t, dbtest.Options{MaxConns: 4}), ctx: ctx, metrics: &invoiceMetrics{}, outcomes: &outcomes{}}
+	b := &testBundle{db: dbtest.New(t, dbtest.Options{MaxConns: 4, Migrations: []migrations.Set{migrations.Core(), invoice.Migrations()}}), ctx: ctx, metrics: &invoiceMetrics{}, outcomes: &outcomes{}}
 	b.smtp = emailtest.Start(t)
 	m, err := email.NewSMTPMailer(email.SMTPConfig{Addr: b.smtp.Addr, From: "Billing <billing@example.com>",
 		StartTLS: email.StartTLSOff, Timeout: 5 * time.Second})

@@ -15,6 +15,7 @@ import (
 	"github.com/fenceq/fenceq/internal/dbtest"
 	"github.com/fenceq/fenceq/internal/testutil"
 	"github.com/fenceq/fenceq/jobs/order"
+	"github.com/fenceq/fenceq/migrations"
 )
 
 type testBundle struct {
@@ -39,7 +40,7 @@ func setup(t *testing.T, o bundleOpts) *testBundle {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
-	db := dbtest.New(t, dbtest.Options{MaxConns: 4})
+	db := dbtest.New(t, dbtest.Options{MaxConns: 4, Migrations: []migrations.Set{migrations.Core(), order.Migrations()}})
 	b := &testBundle{db: db, ctx: ctx, metrics: &order.Counters{}, appName: "order-test-" + db.Schema}
 
 	pcfg, err := pgxpool.ParseConfig(db.URL)

@@ -1,7 +1,11 @@
--- Orders placed through jobs/order. Money is integer minor units (cents) of currency.
+-- Orders placed once per idempotency key. Money is integer minor units (cents) of
+-- currency.
 -- UNIQUE (idempotency_key) is the last line of defence behind fenceq_idempotency_keys:
 -- it also holds after the key's idempotency record expired and was cleaned up.
-CREATE TABLE orders (
+--
+-- IF NOT EXISTS: a schema migrated before these tables had a set of their own already
+-- has them, and keeps them with their rows.
+CREATE TABLE IF NOT EXISTS orders (
     id              bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     idempotency_key text        NOT NULL,
     request_hash    bytea       NOT NULL,
@@ -19,9 +23,9 @@ CREATE TABLE orders (
     CONSTRAINT orders_status_check CHECK (status IN ('placed', 'cancelled')),
     CONSTRAINT orders_lease_check CHECK ((job_id IS NULL) = (lease_gen IS NULL))
 );
-CREATE INDEX orders_job_idx ON orders (job_id) WHERE job_id IS NOT NULL;
+CREATE INDEX IF NOT EXISTS orders_job_idx ON orders (job_id) WHERE job_id IS NOT NULL;
 
-CREATE TABLE order_items (
+CREATE TABLE IF NOT EXISTS order_items (
     order_id         bigint NOT NULL REFERENCES orders (id) ON DELETE CASCADE,
     line             integer NOT NULL,
     sku              text   NOT NULL,
