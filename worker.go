@@ -39,6 +39,9 @@ type Worker struct {
 	completerWG  sync.WaitGroup
 	completeDone chan struct{}
 	runners      *runners
+
+	periodic  []PeriodicParams // Config.Periodic, checked
+	schedules scheduleCache    // the periodic goroutine's
 }
 
 // lifecycle is where a Worker is between NewWorker and Stop.
@@ -97,6 +100,10 @@ func NewWorker(pool *pgxpool.Pool, cfg Config) (*Worker, error) {
 		runners:  newRunners(runnerIdle),
 		complete: make(chan *execution, cfg.CompleteBatchSize),
 	}
+	var err error
+	if w.periodic, err = cfg.periodicParams(); err != nil {
+		return nil, err
+	}
 	for name, q := range cfg.Queues {
 		w.queues[name] = &queueLoop{name: name, max: q.MaxWorkers, wake: make(chan struct{}, 1)}
 	}
@@ -126,6 +133,13 @@ func (w *Worker) Start(ctx context.Context) error {
 		w.mu.Unlock()
 		return fmt.Errorf("start worker: %w", err)
 	}
+	if err := queue.UpsertPeriodic(ctx, w.pool, w.periodic); err != nil {
+		w.mu.Lock()
+		w.state = stateNew
+		w.mu.Unlock()
+		_ = queue.DeregisterWorker(context.WithoutCancel(ctx), w.pool, w.cfg.ID)
+		return fmt.Errorf("start worker: %w", err)
+	}
 
 	claimCtx, claimCancel := context.WithCancel(context.Background())
 	bgCtx, bgCancel := context.WithCancel(context.Background())
@@ -138,6 +152,10 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.bgWG.Add(2)
 	go w.runHeartbeat(bgCtx)
 	go w.runMaintenance(bgCtx)
+	if !w.cfg.DisablePeriodic {
+		w.bgWG.Add(1)
+		go w.runPeriodic(bgCtx)
+	}
 
 	if !w.cfg.DisableListen {
 		w.claimWG.Add(1)
