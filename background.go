@@ -307,7 +307,7 @@ func (w *Worker) periodicPass(ctx context.Context) (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
-	plan := planPass(now, hb, w.cfg.PeriodicGrace, due, w.schedules.parse)
+	plan := planPass(now, hb, w.periodicSince, w.cfg.PeriodicGrace, due, w.schedules.parse)
 	enqueued := make(map[string]int, len(plan.enqueues))
 	for _, e := range plan.enqueues {
 		matched, n, err := queue.EnqueuePeriodic(pctx, tx, e)

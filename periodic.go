@@ -248,28 +248,30 @@ type passedOver struct {
 	capped bool
 }
 
-// planPass decides, from the database's time now and the clock's heartbeat hb (nil:
-// no pass ever completed), what a pass does with each schedule:
+// planPass decides, from the database's time now, the clock's heartbeat hb (nil: no
+// pass ever completed) and the time this worker started, what a pass does with each
+// schedule's slots after its last_slot, up to now:
 //
-//   - slots s with last_slot < s <= min(now, hb+grace) fell due while a worker was
-//     running passes (a short hiccup at most): every one is enqueued, up to
-//     PeriodicMaxCatchUp;
-//   - later slots up to now fell due while every worker was down: MissedSkip enqueues
-//     none, MissedOnce the newest; last_slot moves past them either way;
+//   - a slot up to hb+grace, or in (started, started+grace], fell due while a worker was
+//     running passes (a short hiccup at most) or starting: every such slot is
+//     enqueued, in order, up to PeriodicMaxCatchUp;
+//   - any other slot fell due while every worker was down (or past the bound):
+//     MissedSkip enqueues none of them, MissedOnce the newest; last_slot moves past
+//     them either way;
 //   - when hb is nil or older than grace, every worker was down: run-on-start
 //     schedules get one job.
 //
 // schedule parses a spec in a zone.
-func planPass(now time.Time, hb *time.Time, grace time.Duration, due []queue.DuePeriodic,
+func planPass(now time.Time, hb *time.Time, started time.Time, grace time.Duration, due []queue.DuePeriodic,
 	schedule func(spec, zone string) (*Schedule, error)) passPlan {
 	plan := passPlan{}
-	var liveUntil time.Time // zero: nothing is live
 	allDown := hb == nil || now.Sub(*hb) > grace
+	var live []window
 	if hb != nil {
-		liveUntil = hb.Add(grace)
-		if liveUntil.After(now) {
-			liveUntil = now
-		}
+		live = append(live, window{from: time.Time{}, to: hb.Add(grace)})
+	}
+	if !started.IsZero() {
+		live = append(live, window{from: started, to: started.Add(grace)})
 	}
 	for _, d := range due {
 		s, err := schedule(d.Spec, d.Timezone)
@@ -280,31 +282,12 @@ func planPass(now time.Time, hb *time.Time, grace time.Duration, due []queue.Due
 			plan.broken[d.Name] = err
 			continue
 		}
-		e := queue.PeriodicEnqueue{Name: d.Name, Spec: d.Spec, Timezone: d.Timezone, From: d.LastSlot, To: d.LastSlot}
-		// Catch up the slots of a hiccup: every one, in order, up to the bound.
-		for len(e.Metadata) < PeriodicMaxCatchUp && !liveUntil.IsZero() {
-			n := s.Next(e.To)
-			if n.IsZero() || n.After(liveUntil) {
-				break
+		e, over := decideSlots(s, d, now, live)
+		if over != nil {
+			if plan.passedOver == nil {
+				plan.passedOver = map[string]passedOver{}
 			}
-			e.Metadata = append(e.Metadata, periodicOrigin{Name: d.Name, Slot: slotString(n)}.encode())
-			e.To, e.LastEnqueued = n, n
-		}
-		// The rest up to now was missed (or is past the bound).
-		if newest := s.Last(e.To, now); !newest.IsZero() {
-			capped := len(e.Metadata) == PeriodicMaxCatchUp && !newest.After(liveUntil)
-			if d.Missed == queue.MissedOnce {
-				e.Metadata = append(e.Metadata, periodicOrigin{Name: d.Name, Slot: slotString(newest), Missed: true}.encode())
-				e.LastEnqueued = newest
-			}
-			// Slots are passed over unless the only missed one is enqueued.
-			if d.Missed != queue.MissedOnce || s.Next(e.To).Before(newest) {
-				if plan.passedOver == nil {
-					plan.passedOver = map[string]passedOver{}
-				}
-				plan.passedOver[d.Name] = passedOver{newest: newest, capped: capped}
-			}
-			e.To = newest
+			plan.passedOver[d.Name] = *over
 		}
 		if !e.To.Equal(e.From) {
 			plan.enqueues = append(plan.enqueues, e)
@@ -318,6 +301,102 @@ func planPass(now time.Time, hb *time.Time, grace time.Duration, due []queue.Due
 		}
 	}
 	return plan
+}
+
+// window is the slots s with from < s <= to.
+type window struct{ from, to time.Time }
+
+// decideSlots walks one schedule's slots in (d.LastSlot, now]: those in a live window
+// are enqueued, in order, up to PeriodicMaxCatchUp; the rest (and every slot after the
+// bound is reached) are missed and follow d.Missed. It reports the newest slot passed
+// over, if any.
+func decideSlots(s *Schedule, d queue.DuePeriodic, now time.Time, live []window) (queue.PeriodicEnqueue, *passedOver) {
+	e := queue.PeriodicEnqueue{Name: d.Name, Spec: d.Spec, Timezone: d.Timezone, From: d.LastSlot, To: d.LastSlot}
+	type decided struct {
+		slot   time.Time
+		missed bool
+	}
+	var out []decided
+	var missed []time.Time // the newest slot of each missed stretch
+	passed := false        // a missed stretch held more than its newest slot
+	capped := false
+	pos := d.LastSlot
+	miss := func(upTo time.Time) {
+		if n := s.Last(pos, upTo); !n.IsZero() {
+			if s.Next(pos).Before(n) {
+				passed = true
+			}
+			missed = append(missed, n)
+			out = append(out, decided{slot: n, missed: true})
+			pos = n
+		}
+		if upTo.After(pos) {
+			pos = upTo
+		}
+	}
+	enqueued := 0
+	for _, w := range live {
+		if !w.to.After(pos) {
+			continue
+		}
+		if w.from.After(pos) {
+			miss(minTime(w.from, now))
+		}
+		for pos.Before(now) {
+			n := s.Next(pos)
+			if n.IsZero() || n.After(w.to) || n.After(now) {
+				break
+			}
+			if enqueued == PeriodicMaxCatchUp {
+				capped = true
+				break
+			}
+			out = append(out, decided{slot: n})
+			enqueued++
+			pos = n
+		}
+		if capped {
+			break
+		}
+		if w.to.Before(now) && w.to.After(pos) {
+			pos = maxTime(pos, minTime(w.to, now))
+		}
+	}
+	miss(now)
+
+	keep := ""
+	if d.Missed == queue.MissedOnce && len(missed) > 0 {
+		keep = slotString(missed[len(missed)-1])
+	}
+	for _, x := range out {
+		if x.slot.After(e.To) {
+			e.To = x.slot
+		}
+		if x.missed && slotString(x.slot) != keep {
+			continue
+		}
+		e.Metadata = append(e.Metadata, periodicOrigin{Name: d.Name, Slot: slotString(x.slot), Missed: x.missed}.encode())
+		e.LastEnqueued = x.slot
+	}
+	var over *passedOver
+	if len(missed) > 0 && (d.Missed != queue.MissedOnce || passed || len(missed) > 1) {
+		over = &passedOver{newest: missed[len(missed)-1], capped: capped}
+	}
+	return e, over
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // scheduleCache keeps parsed schedules by spec and zone, so that a pass does not load

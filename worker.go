@@ -40,8 +40,9 @@ type Worker struct {
 	completeDone chan struct{}
 	runners      *runners
 
-	periodic  []PeriodicParams // Config.Periodic, checked
-	schedules scheduleCache    // the periodic goroutine's
+	periodic      []PeriodicParams // Config.Periodic, checked
+	periodicSince time.Time        // the database's time at Start: slots after it fell due while this worker ran
+	schedules     scheduleCache    // the periodic goroutine's
 }
 
 // lifecycle is where a Worker is between NewWorker and Stop.
@@ -133,7 +134,8 @@ func (w *Worker) Start(ctx context.Context) error {
 		w.mu.Unlock()
 		return fmt.Errorf("start worker: %w", err)
 	}
-	if err := queue.UpsertPeriodic(ctx, w.pool, w.periodic); err != nil {
+	var err error
+	if w.periodicSince, err = queue.UpsertPeriodic(ctx, w.pool, w.periodic); err != nil {
 		w.mu.Lock()
 		w.state = stateNew
 		w.mu.Unlock()

@@ -144,33 +144,42 @@ func scanPeriodic(row pgx.Row, readAt bool) (*PeriodicRow, error) {
 
 // UpsertPeriodic defines schedules from code in one transaction: new rows are
 // inserted, changed definitions replaced; paused, last_slot and last_enqueued_slot are
-// kept. Every schedule is checked (Normalize) before anything is written.
-func UpsertPeriodic(ctx context.Context, db Beginner, ps []PeriodicParams) error {
+// kept. Every schedule is checked (Normalize) before anything is written. It returns the
+// database's now() of the transaction: a worker calls it at its start, and slots after
+// that instant fell due while that worker was running.
+func UpsertPeriodic(ctx context.Context, db Beginner, ps []PeriodicParams) (time.Time, error) {
 	ps = slices.Clone(ps)
 	for i := range ps {
 		if err := ps[i].Normalize(); err != nil {
-			return fmt.Errorf("periodic schedule %q: %w", ps[i].Name, err)
+			return time.Time{}, fmt.Errorf("periodic schedule %q: %w", ps[i].Name, err)
 		}
 	}
+	var now time.Time
 	if len(ps) == 0 {
-		return nil
+		if err := db.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+			return time.Time{}, fmt.Errorf("upsert periodic schedules: read the time: %w", err)
+		}
+		return now, nil
 	}
 	// One order for every worker starting at once, so concurrent upserts cannot deadlock.
 	slices.SortFunc(ps, func(a, b PeriodicParams) int { return strings.Compare(a.Name, b.Name) })
 	tx, err := db.Begin(ctx)
 	if err != nil {
-		return fmt.Errorf("upsert periodic schedules: begin: %w", err)
+		return time.Time{}, fmt.Errorf("upsert periodic schedules: begin: %w", err)
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
 	for i := range ps {
 		if _, err := tx.Exec(ctx, sqlUpsertPeriodic, ps[i].args()...); err != nil {
-			return fmt.Errorf("upsert periodic schedule %q: %w", ps[i].Name, err)
+			return time.Time{}, fmt.Errorf("upsert periodic schedule %q: %w", ps[i].Name, err)
 		}
 	}
-	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("upsert periodic schedules: commit: %w", err)
+	if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+		return time.Time{}, fmt.Errorf("upsert periodic schedules: read the time: %w", err)
 	}
-	return nil
+	if err := tx.Commit(ctx); err != nil {
+		return time.Time{}, fmt.Errorf("upsert periodic schedules: commit: %w", err)
+	}
+	return now, nil
 }
 
 // InsertPeriodic adds one schedule; a schedule of that name existing already is
