@@ -35,6 +35,7 @@ func commands() []*ucli.Command {
 		enqueueCommand(),
 		jobsCommand(),
 		queuesCommand(),
+		periodicCommand(),
 		workersCommand(),
 		outboxCommand(),
 		billingCommand(),

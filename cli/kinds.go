@@ -50,7 +50,7 @@ func builtinKinds() map[string]kindInfo {
 		outbox.DeliverKind: {queue: outbox.Queue, desc: "delivers one outbox row (email)", validate: validateDeliver},
 		order.PlaceKind:    {queue: queue.DefaultQueue, desc: "places an order once per idempotency key", validate: validatePlace},
 		invoice.Kind:       {queue: invoice.Queue, desc: "writes one customer's invoice for a period", validate: validateInvoice},
-		housekeeping.IdempotencyKind: {queue: queue.DefaultQueue, desc: "deletes expired idempotency keys (recurring)",
+		housekeeping.IdempotencyKind: {queue: queue.DefaultQueue, desc: "deletes expired idempotency keys (a periodic schedule)",
 			validate: validateEmpty},
 	}
 }
@@ -66,7 +66,8 @@ func builtinQueues() []string {
 	return slices.Sorted(maps.Keys(set))
 }
 
-// periodicKinds reschedule themselves and so never all finish.
+// periodicKinds are enqueued by a schedule of the worker's own, so a new one may be
+// pending at any time: they never all finish.
 func periodicKinds() []string { return []string{housekeeping.IdempotencyKind} }
 
 func validateInvoice(raw []byte) error {
@@ -121,7 +122,7 @@ func businessFlags() []ucli.Flag {
 		&ucli.Float64Flag{Name: "tax-tail-probability", Usage: "chance 0–1 that a tax call takes a --tax-tail latency"},
 		&ucli.StringFlag{Name: "tax-tail", Value: "2m-5m", Usage: "latency range MIN-MAX of the tax service's slow tail"},
 		&ucli.Float64Flag{Name: "tax-error-rate", Usage: "chance 0–1 that a tax call fails (the invoice job retries)"},
-		&ucli.DurationFlag{Name: "housekeeping-interval", Value: housekeeping.DefaultInterval, Usage: "how often expired idempotency keys are deleted"},
+		&ucli.DurationFlag{Name: "housekeeping-interval", Value: housekeeping.DefaultInterval, Usage: "how often expired idempotency keys are deleted (the housekeeping schedule; whole seconds)"},
 	}
 }
 
@@ -255,8 +256,7 @@ func registerBuiltins(c *ucli.Context, hs *fenceq.Handlers, d builtinDeps) (func
 		cleanup()
 		return nil, "", fmt.Errorf("register %s: %w", invoice.Kind, err)
 	}
-	if err := housekeeping.Register(hs, housekeeping.Config{Pool: d.Pool, Interval: c.Duration("housekeeping-interval"),
-		Logger: d.Logger}); err != nil {
+	if err := housekeeping.Register(hs, housekeeping.Config{Pool: d.Pool, Logger: d.Logger}); err != nil {
 		cleanup()
 		return nil, "", fmt.Errorf("register housekeeping: %w", err)
 	}

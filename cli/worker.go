@@ -22,6 +22,8 @@ func workerCommand() *ucli.Command {
 		Name:  "worker",
 		Usage: "run a worker process for the built-in kinds until SIGINT or SIGTERM",
 		Description: "Runs the built-in kinds: " + strings.Join(kindNames(), ", ") + ".\n" +
+			"Enqueues the jobs of every periodic schedule (see `fenceq periodic`) unless --no-periodic;\n" +
+			"when it serves the default queue, it defines the housekeeping schedule (every --housekeeping-interval).\n" +
 			"On SIGINT or SIGTERM it stops claiming, lets running jobs finish for --shutdown-timeout,\n" +
 			"then cancels the rest and gives their leases back (fenced), and deregisters.",
 		Flags: append([]ucli.Flag{
@@ -38,6 +40,9 @@ func workerCommand() *ucli.Command {
 			&ucli.IntFlag{Name: "max-conns", Value: 10, Usage: "database connections of this process"},
 			&ucli.DurationFlag{Name: "retention", Value: 24 * time.Hour, Usage: "how long finished jobs are kept (negative: forever)"},
 			&ucli.BoolFlag{Name: "no-listen", Usage: "no LISTEN/NOTIFY wake-ups, only --poll (for PgBouncer in transaction pooling mode)"},
+			&ucli.BoolFlag{Name: "no-periodic", Usage: "run no scheduling passes: enqueue no periodic jobs, not even housekeeping"},
+			&ucli.DurationFlag{Name: "periodic-interval", Value: time.Second, Usage: "how often a scheduling pass runs (it also wakes at the next due slot)"},
+			&ucli.DurationFlag{Name: "periodic-grace", Value: 10 * time.Second, Usage: "slots due within this long after the last pass are caught up; later ones follow their schedule's --missed policy"},
 		}, append(businessFlags(), logFlags()...)...),
 		Action: workerAction,
 	}
@@ -70,6 +75,14 @@ func workerAction(c *ucli.Context) error {
 	if c.Int("max-conns") < 2 {
 		return usageError{fmt.Errorf("invalid --max-conns %d: must be at least 2", c.Int("max-conns"))}
 	}
+	var periodic []*fenceq.PeriodicJob
+	if slices.Contains(queues, queue.DefaultQueue) && !c.Bool("no-periodic") {
+		hk, err := housekeeping.Periodic(c.Duration("housekeeping-interval"))
+		if err != nil {
+			return usageError{fmt.Errorf("--housekeeping-interval: %w", err)}
+		}
+		periodic = append(periodic, hk)
+	}
 	pool, err := openMigrated(c, int32(c.Int("max-conns")))
 	if err != nil {
 		return err
@@ -96,17 +109,13 @@ func workerAction(c *ucli.Context) error {
 		LeaseDuration: c.Duration("lease"), HeartbeatInterval: c.Duration("heartbeat"),
 		ReaperInterval: c.Duration("reaper"), PollInterval: c.Duration("poll"),
 		RetentionPeriod: c.Duration("retention"), DisableListen: c.Bool("no-listen"), Logger: log, Observer: m,
+		Periodic: periodic, DisablePeriodic: c.Bool("no-periodic"),
+		PeriodicInterval: c.Duration("periodic-interval"), PeriodicGrace: c.Duration("periodic-grace"),
 	})
 	if err != nil {
 		return usageError{err}
 	}
 	log.Info(mailDesc)
-	if slices.Contains(queues, queue.DefaultQueue) {
-		// The recurring cleanup job: enqueued unless one is pending already.
-		if _, err := housekeeping.Schedule(c.Context, pool); err != nil {
-			return fmt.Errorf("schedule housekeeping: %w", err)
-		}
-	}
 	var srv *httpServer
 	if addr := c.String("metrics-addr"); addr != "" {
 		mux := http.NewServeMux()
