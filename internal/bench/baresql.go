@@ -32,8 +32,8 @@ func (s *ceilingSystem) name() string     { return SystemCeiling }
 func (s *ceilingSystem) jobTable() string { return "fenceq_jobs" }
 
 func (s *ceilingSystem) describe() string {
-	return fmt.Sprintf("bare SQL on fenceq_jobs with DESIGN.md's full claim index (state, queue, priority, run_at, id): "+
-		"%d claimers, each looping DESIGN.md's claim (LIMIT %d, SKIP LOCKED, lease_gen + 1) then one batched fenced "+
+	return fmt.Sprintf("bare SQL on fenceq_jobs with the reference full claim index (state, queue, priority, run_at, id): "+
+		"%d claimers, each looping the reference claim from the start (LIMIT %d, SKIP LOCKED, lease_gen + 1) then one batched fenced "+
 		"completion (unnest(ids, gens), lease_gen = gen); pool of %d conns",
 		s.cfg.CeilingClaimers, ceilingBatch, s.cfg.Conns)
 }
