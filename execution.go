@@ -31,17 +31,32 @@ type execution struct {
 	released  bool // Stop released the lease; write nothing more
 	finished  bool
 	slotFree  bool // the queue slot was given back before finish (see freeSlot)
+	// completing: the handler succeeded and its completion is being queued for the
+	// completer; Stop leaves it to the completer instead of releasing the lease.
+	completing bool
 }
 
 func (e *execution) markReleased() bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	// A job whose handler succeeded (slot given back, completion queued) is left to the
+	// A job whose handler succeeded (completion queued or being queued) is left to the
 	// completer: releasing it would throw the finished work away.
-	if e.released || e.finished || e.slotFree {
+	if e.released || e.finished || e.slotFree || e.completing {
 		return false
 	}
 	e.released = true
+	return true
+}
+
+// beginCompletion marks a successful attempt's completion as being queued, unless Stop
+// released the lease first; it reports whether the completion may be queued.
+func (e *execution) beginCompletion() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.released {
+		return false
+	}
+	e.completing = true
 	return true
 }
 
@@ -175,6 +190,10 @@ func (e *execution) settle(err error, trace string, cause error) {
 		// slow completer holds the slots back), its slot may run the next job while the
 		// completion waits for its batch. The lease stays tracked (and heartbeated) until
 		// finish.
+		if !e.beginCompletion() {
+			e.finish(OutcomeReleased) // Stop released the lease as the handler returned
+			return
+		}
 		w.enqueueCompletion(e)
 		e.freeSlot()
 		return
