@@ -11,6 +11,7 @@ import (
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/fenceq/fenceq"
+	"github.com/fenceq/fenceq/jobs/builtin"
 	"github.com/fenceq/fenceq/queue"
 )
 
@@ -99,28 +100,28 @@ func periodicAdd(c *ucli.Context) error {
 		}
 	}
 	kind := c.String("kind")
-	k, known := builtinKinds()[kind]
+	k, known := builtin.LookupKind(kind)
 	if err := queue.ValidateKind(kind); err != nil {
 		return usageError{fmt.Errorf("--kind: %w", err)}
 	}
 	if !known && !c.Bool("allow-unknown-kind") {
 		return usageError{fmt.Errorf("--kind: unknown kind %q: built-in kinds are %s (or pass --allow-unknown-kind)",
-			kind, strings.Join(kindNames(), ", "))}
+			kind, strings.Join(builtin.KindNames(), ", "))}
 	}
 	raw := []byte(c.String("args"))
 	if err := queue.ValidateArgs(raw, 0); err != nil {
 		return usageError{fmt.Errorf("--args: %w", err)}
 	}
-	if known && k.validate != nil {
-		if err := k.validate(raw); err != nil {
+	if known {
+		if err := k.ValidateArgs(raw); err != nil {
 			return usageError{fmt.Errorf("--args: invalid args for kind %s: %w", kind, err)}
 		}
 	}
 	p := fenceq.PeriodicParams{Name: name, Spec: c.String("schedule"), Timezone: c.String("timezone"), Kind: kind,
 		Args: raw, Queue: c.String("queue"), Priority: new(c.Int("priority")), MaxAttempts: c.Int("max-attempts"),
 		Missed: queue.MissedPolicy(c.String("missed")), RunOnStart: c.Bool("run-on-start"), Source: queue.SourceCLI}
-	if p.Queue == "" && known && k.queue != "" {
-		p.Queue = k.queue
+	if p.Queue == "" && known {
+		p.Queue = k.Queue
 	}
 	if c.Int("max-attempts") < 1 {
 		return usageError{fmt.Errorf("--max-attempts: %d must be at least 1", c.Int("max-attempts"))}
