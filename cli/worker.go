@@ -79,9 +79,10 @@ func workerAction(c *ucli.Context) error {
 	}
 	var periodic []*fenceq.PeriodicJob
 	if slices.Contains(queues, queue.DefaultQueue) && !c.Bool("no-periodic") {
-		hk, err := housekeeping.Periodic(c.Duration("housekeeping-interval"))
+		d := c.Duration("housekeeping-interval")
+		hk, err := housekeeping.Periodic(d)
 		if err != nil {
-			return usageError{fmt.Errorf("--housekeeping-interval: %w", err)}
+			return usageError{fmt.Errorf("invalid --housekeeping-interval %s: want a whole number of seconds, at least 1s", d)}
 		}
 		periodic = append(periodic, hk)
 	}
