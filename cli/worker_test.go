@@ -46,11 +46,14 @@ func TestWorkerCommand(t *testing.T) {
 		}
 		return addr != ""
 	})
-	testutil.WaitFor(t, "the noop jobs to complete and the sleep job to run", 10*time.Second, func() bool {
-		var done, running int
+	// The housekeeping schedule runs once at the start: no worker ran a pass before.
+	testutil.WaitFor(t, "the noop and housekeeping jobs to complete and the sleep job to run", 10*time.Second, func() bool {
+		var done, housekeeping, running int
 		_ = b.db.Pool.QueryRow(b.ctx, `SELECT count(*) FILTER (WHERE kind = 'noop' AND state = 'completed'),
-			count(*) FILTER (WHERE kind = 'sleep' AND state = 'running') FROM fenceq_jobs`).Scan(&done, &running)
-		return done == 3 && running == 1
+			count(*) FILTER (WHERE kind = 'housekeeping.idempotency' AND state = 'completed'
+				AND metadata->'periodic'->>'run_on_start' = 'true'),
+			count(*) FILTER (WHERE kind = 'sleep' AND state = 'running') FROM fenceq_jobs`).Scan(&done, &housekeeping, &running)
+		return done == 3 && housekeeping == 1 && running == 1
 	})
 
 	var ws []queue.WorkerInfo
