@@ -64,6 +64,20 @@
 //
 // # Times
 //
+// # Periodic schedules
+//
+// fenceq_periodic holds the schedules; last_slot says up to which instant every slot is
+// decided. A scheduling pass (fenceq's Worker runs one every PeriodicInterval) is one
+// transaction: LockPeriodicClock locks the one row of fenceq_periodic_clock, which
+// serializes passes across workers without electing a leader; ReadDuePeriodic reads
+// clock_timestamp() and the schedules; for each, EnqueuePeriodic moves last_slot with a
+// compare-and-set (from the value read, on the definition read) and inserts the slots'
+// jobs in the same statement; TouchPeriodicClock records the pass. A slot is enqueued
+// once because last_slot only grows and the job insert commits with it, whether or not
+// an earlier job of the slot still exists (a unique key would hold only while that job
+// is unfinished). The session's idle_in_transaction_session_timeout, set by the lock,
+// disconnects a pass paused mid-transaction so that it cannot hold the lock.
+//
 // All decisions use now() in SQL; durations are passed as microseconds. The one time
 // that comes from Go is an absolute InsertParams.RunAt an application asks for. Workers
 // use monotonic time only for their own local lease deadline.
