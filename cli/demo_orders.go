@@ -35,7 +35,7 @@ func (r *demoRun) startOrders(ctx context.Context) (*httpServer, func(), error) 
 	}
 	var mu sync.Mutex
 	rng := rand.New(rand.NewPCG(r.cfg.Seed, 7))
-	svc, err := order.NewService(order.Config{Pool: pool, Metrics: r.m.Idempotency(), Logger: r.log,
+	svc, err := order.NewService(order.Config{Pool: pool, Metrics: r.m.orders, Logger: r.log,
 		BeforeCommit: func(ctx context.Context) error {
 			mu.Lock()
 			d := 400*time.Millisecond + time.Duration(rng.Int64N(int64(200*time.Millisecond)))

@@ -17,7 +17,6 @@ import (
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/fenceq/fenceq"
-	"github.com/fenceq/fenceq/internal/metrics"
 	"github.com/fenceq/fenceq/jobs/diag"
 	"github.com/fenceq/fenceq/jobs/email"
 	"github.com/fenceq/fenceq/jobs/housekeeping"
@@ -25,14 +24,6 @@ import (
 	"github.com/fenceq/fenceq/jobs/order"
 	"github.com/fenceq/fenceq/outbox"
 	"github.com/fenceq/fenceq/queue"
-)
-
-// The metrics are what the business packages count into.
-var (
-	_ fenceq.Observer = (*metrics.Metrics)(nil)
-	_ order.Metrics   = (*metrics.IdempotencyMetrics)(nil)
-	_ outbox.Metrics  = (*metrics.OutboxMetrics)(nil)
-	_ invoice.Metrics = (*metrics.InvoiceMetrics)(nil)
 )
 
 // kindInfo describes a built-in kind for enqueue and worker.
@@ -163,7 +154,7 @@ func defaultMailPath() string { return filepath.Join(os.TempDir(), "fenceq-mail.
 type builtinDeps struct {
 	Pool    *pgxpool.Pool
 	Logger  *slog.Logger
-	Metrics *metrics.Metrics
+	Metrics *cliMetrics
 	// Mailer overrides the --mailer flag (the demo's file mailer).
 	Mailer email.Mailer
 }
@@ -171,7 +162,7 @@ type builtinDeps struct {
 // newOrderService builds the order service from the command's flags.
 func newOrderService(c *ucli.Context, d builtinDeps) (*order.Service, error) {
 	svc, err := order.NewService(order.Config{Pool: d.Pool, KeyTTL: c.Duration("order-key-ttl"),
-		Metrics: d.Metrics.Idempotency(), Logger: d.Logger})
+		Metrics: d.Metrics.orders, Logger: d.Logger})
 	if err != nil {
 		return nil, usageError{fmt.Errorf("order service: %w", err)}
 	}
@@ -231,7 +222,7 @@ func registerBuiltins(c *ucli.Context, hs *fenceq.Handlers, d builtinDeps) (func
 			return nil, "", err
 		}
 	}
-	if _, err := email.RegisterRelay(hs, outbox.RelayConfig{Pool: d.Pool, Logger: d.Logger, Metrics: d.Metrics.Outbox()},
+	if _, err := email.RegisterRelay(hs, outbox.RelayConfig{Pool: d.Pool, Logger: d.Logger, Metrics: d.Metrics.core.Outbox()},
 		email.DelivererConfig{Mailer: mailer}); err != nil {
 		cleanup()
 		return nil, "", err
@@ -251,7 +242,7 @@ func registerBuiltins(c *ucli.Context, hs *fenceq.Handlers, d builtinDeps) (func
 		return nil, "", err
 	}
 	if err := invoice.Register(hs, invoice.Config{Pool: d.Pool, Tax: tax, Logger: d.Logger,
-		Metrics: d.Metrics.Invoices()}); err != nil {
+		Metrics: d.Metrics.invoices}); err != nil {
 		cleanup()
 		return nil, "", fmt.Errorf("register %s: %w", invoice.Kind, err)
 	}

@@ -6,8 +6,6 @@ import (
 	"time"
 
 	ucli "github.com/urfave/cli/v2"
-
-	"github.com/fenceq/fenceq/internal/metrics"
 )
 
 func serveCommand() *ucli.Command {
@@ -43,8 +41,8 @@ func serve(c *ucli.Context) error {
 		return err
 	}
 	defer pool.Close()
-	m := metrics.New()
-	if err := m.Register(metrics.NewDBCollector(pool, 5*time.Second, log)); err != nil {
+	m, err := newMetrics(pool, log)
+	if err != nil {
 		return err
 	}
 	svc, err := newOrderService(c, builtinDeps{Pool: pool, Logger: log, Metrics: m})
@@ -53,7 +51,7 @@ func serve(c *ucli.Context) error {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/", svc.Handler()) // the orders API, and its JSON 404 for unknown paths
-	mux.Handle("GET /metrics", m.Handler())
+	mux.Handle("GET /metrics", m.handler())
 	mux.Handle("GET /healthz", healthzHandler(pool))
 	srv, err := startHTTP(c.String("addr"), mux, log, "orders API")
 	if err != nil {

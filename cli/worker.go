@@ -12,7 +12,6 @@ import (
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/fenceq/fenceq"
-	"github.com/fenceq/fenceq/internal/metrics"
 	"github.com/fenceq/fenceq/jobs/housekeeping"
 	"github.com/fenceq/fenceq/queue"
 )
@@ -76,9 +75,9 @@ func workerAction(c *ucli.Context) error {
 	}
 	defer pool.Close()
 
-	m := metrics.New()
-	if err := m.Register(metrics.NewDBCollector(pool, 5*time.Second, log)); err != nil {
-		return fmt.Errorf("register database metrics: %w", err)
+	m, err := newMetrics(pool, log)
+	if err != nil {
+		return err
 	}
 	hs := fenceq.NewHandlers()
 	cleanup, mailDesc, err := registerBuiltins(c, hs, builtinDeps{Pool: pool, Logger: log, Metrics: m})
@@ -95,7 +94,7 @@ func workerAction(c *ucli.Context) error {
 		Handlers: hs, Queues: qcfg, ID: c.String("id"),
 		LeaseDuration: c.Duration("lease"), HeartbeatInterval: c.Duration("heartbeat"),
 		ReaperInterval: c.Duration("reaper"), PollInterval: c.Duration("poll"),
-		RetentionPeriod: c.Duration("retention"), DisableListen: c.Bool("no-listen"), Logger: log, Observer: m,
+		RetentionPeriod: c.Duration("retention"), DisableListen: c.Bool("no-listen"), Logger: log, Observer: m.core,
 	})
 	if err != nil {
 		return usageError{err}
@@ -110,7 +109,7 @@ func workerAction(c *ucli.Context) error {
 	var srv *httpServer
 	if addr := c.String("metrics-addr"); addr != "" {
 		mux := http.NewServeMux()
-		mux.Handle("GET /metrics", m.Handler())
+		mux.Handle("GET /metrics", m.handler())
 		mux.Handle("GET /healthz", healthzHandler(pool))
 		if srv, err = startHTTP(addr, mux, log, "metrics"); err != nil {
 			return err
