@@ -150,9 +150,10 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if c.Dir, err = os.MkdirTemp(base, prefix); err != nil {
 		return nil, fmt.Errorf("start PostgreSQL cluster: %w", err)
 	}
+	dir := c.Dir // a failed Start returns a nil c
 	defer func() {
 		if err != nil {
-			_ = os.RemoveAll(c.Dir)
+			_ = os.RemoveAll(dir)
 		}
 	}()
 	if opts.OwnerPID > 0 {
