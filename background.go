@@ -99,7 +99,9 @@ func (w *Worker) runCompleter() {
 		case e := <-w.complete:
 			batch = append(batch[:0], e)
 		case <-w.completeDone:
-			// Stop closes completeDone only after every execution finished, so nothing waits.
+			// Stop closes completeDone once no handler can queue a completion any more:
+			// every execution finished, or ShutdownGrace passed after the rest were
+			// released (a released execution queues nothing).
 			return
 		}
 	fill:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 
 	"github.com/fenceq/fenceq/queue"
 )
@@ -32,13 +33,25 @@ func insertParams(args JobArgs, opts *InsertOpts) (queue.InsertParams, error) {
 		if opts.UniqueKey != "" {
 			o.UniqueKey = opts.UniqueKey
 		}
+		if len(opts.Metadata) > 0 {
+			merged := make(map[string]any, len(o.Metadata)+len(opts.Metadata))
+			maps.Copy(merged, o.Metadata)
+			maps.Copy(merged, opts.Metadata)
+			o.Metadata = merged
+		}
 	}
 	raw, err := json.Marshal(args)
 	if err != nil {
 		return queue.InsertParams{}, fmt.Errorf("encode %s args: %w", args.Kind(), err)
 	}
+	var meta []byte
+	if len(o.Metadata) > 0 {
+		if meta, err = json.Marshal(o.Metadata); err != nil {
+			return queue.InsertParams{}, fmt.Errorf("encode %s metadata: %w", args.Kind(), err)
+		}
+	}
 	return queue.InsertParams{Queue: o.Queue, Kind: args.Kind(), Args: raw, Priority: o.Priority,
-		RunAt: o.RunAt, RunIn: o.RunIn, MaxAttempts: o.MaxAttempts, UniqueKey: o.UniqueKey}, nil
+		RunAt: o.RunAt, RunIn: o.RunIn, MaxAttempts: o.MaxAttempts, UniqueKey: o.UniqueKey, Metadata: meta}, nil
 }
 
 // Enqueue inserts one job. Pass a pgx.Tx as db to make the job part of your

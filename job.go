@@ -112,4 +112,8 @@ type InsertOpts struct {
 	// UniqueKey: while a job with this key is not finished, enqueueing another returns
 	// the existing one (InsertResult.Existing) instead of a second row.
 	UniqueKey string
+	// Metadata is stored with the job as a JSON object (JobRow.Metadata): what produced
+	// it and what travels with it, apart from its args. Keys given here are added to
+	// those of the kind's InsertOpts.
+	Metadata map[string]any
 }

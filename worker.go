@@ -66,9 +66,8 @@ type queueLoop struct {
 	cursor       *queue.ClaimCursor
 	lookedBehind time.Time
 	// starved is set, under Worker.mu, when the claim loop found no free slot; the next
-	// freed slot wakes it. Freed slots do not wake it otherwise: with a wake-up per
-	// finished job, every job cost an empty claim besides its own (bench latency at
-	// 300 jobs/s: 2.0 claim statements per job).
+	// freed slot wakes it. Freed slots do not wake it otherwise: a wake-up per finished
+	// job would cost every job an empty claim besides its own.
 	starved bool
 }
 
@@ -303,10 +302,8 @@ func (w *Worker) runQueue(ctx context.Context, ql *queueLoop) {
 // whether it filled the batch it asked for.
 //
 // One claim takes at most half of the queue's slots, so that under load the next claim
-// runs while the completions of the previous batch are being written: with a claim
-// allowed to fill every slot, claiming and completing alternate instead of overlapping
-// (bench drain 200k, 1,000 workers: ~18k jobs/s with whole-queue claims, ~31k with
-// half-queue claims).
+// runs while the completions of the previous batch are being written: a claim allowed
+// to fill every slot would make claiming and completing alternate instead of overlap.
 func (w *Worker) claimOnce(ctx context.Context, ql *queueLoop) bool {
 	w.mu.Lock()
 	free := ql.max - w.running[ql.name]
@@ -319,10 +316,10 @@ func (w *Worker) claimOnce(ctx context.Context, ql *queueLoop) bool {
 	sent := time.Now()
 	// Under a backlog (the last claim was full), claim after the position where the last
 	// claim ended, so the claim does not walk the dead index entries of the jobs claimed
-	// before it (bench drain with an idle transaction holding the horizon: each claim
-	// from the start re-read them all). Jobs that become available behind the cursor are
-	// claimed from the start of the order, which happens at least once per PollInterval
-	// and whenever there is no cursor.
+	// before it: a claim from the start reads every one of them until VACUUM removes
+	// them, and none can be removed while an old transaction holds the horizon. Jobs
+	// that become available behind the cursor are claimed from the start of the order,
+	// which happens at least once per PollInterval and whenever there is no cursor.
 	after := ql.cursor
 	if after != nil && sent.Sub(ql.lookedBehind) >= w.cfg.PollInterval {
 		after = nil
@@ -341,9 +338,9 @@ func (w *Worker) claimOnce(ctx context.Context, ql *queueLoop) bool {
 	switch c := queue.CursorAfter(rows); {
 	case len(rows) < limit:
 		// No backlog: the next claim starts from the beginning again. Jobs inserted
-		// concurrently can commit after a later one was claimed, behind the cursor; with
-		// the cursor kept, they waited for the next look behind (bench latency at 1,000
-		// jobs/s: max ~1.3 s, p99 13 ms).
+		// concurrently can commit after a later one was claimed, behind the cursor; a
+		// cursor kept here would leave them waiting for the next look behind (up to
+		// PollInterval).
 		ql.cursor = nil
 	case ql.cursor == nil || ql.cursor.Less(*c):
 		ql.cursor = c

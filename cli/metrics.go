@@ -10,58 +10,36 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/fenceq/fenceq"
 	"github.com/fenceq/fenceq/fenceqprom"
-	"github.com/fenceq/fenceq/jobs/invoice"
-	"github.com/fenceq/fenceq/jobs/order"
-	"github.com/fenceq/fenceq/outbox"
+	"github.com/fenceq/fenceq/jobs/builtin"
 	"github.com/fenceq/fenceq/queue"
 )
 
-// The metrics are what the worker and the business packages count into.
-var (
-	_ fenceq.Observer = (*fenceqprom.Metrics)(nil)
-	_ outbox.Metrics  = (*fenceqprom.OutboxMetrics)(nil)
-	_ order.Metrics   = (*order.PrometheusMetrics)(nil)
-	_ invoice.Metrics = (*invoice.PrometheusMetrics)(nil)
-)
-
-// cliMetrics are the metrics of one command, in one registry: the mechanism's
-// (fenceqprom), the built-in kinds' business counters, the Go runtime's and the
-// process's, and (when the command reads a database) the database collector.
+// cliMetrics are the metrics a command serves, in one registry: the built-in kinds'
+// and their worker's (builtin.Metrics), the Go runtime's, the process's, and the
+// database collector's.
 type cliMetrics struct {
-	reg      *prometheus.Registry
-	core     *fenceqprom.Metrics
-	invoices *invoice.PrometheusMetrics
-	orders   *order.PrometheusMetrics
+	*builtin.Metrics
+	reg *prometheus.Registry
 }
 
-// newMetrics registers the metrics in a fresh registry. With db set, the database is
-// read at every scrape.
+// newMetrics registers the metrics in a fresh registry; db is read at every scrape.
 func newMetrics(db queue.DBTX, log *slog.Logger) (*cliMetrics, error) {
-	m := &cliMetrics{reg: prometheus.NewRegistry()}
-	if err := m.reg.Register(collectors.NewGoCollector()); err != nil {
+	reg := prometheus.NewRegistry()
+	if err := reg.Register(collectors.NewGoCollector()); err != nil {
 		return nil, fmt.Errorf("register Go metrics: %w", err)
 	}
-	if err := m.reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
+	if err := reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
 		return nil, fmt.Errorf("register process metrics: %w", err)
 	}
-	var err error
-	if m.core, err = fenceqprom.New(m.reg); err != nil {
+	m, err := builtin.NewMetrics(reg)
+	if err != nil {
 		return nil, err
 	}
-	if m.invoices, err = invoice.NewPrometheusMetrics(m.reg); err != nil {
-		return nil, err
+	if err := reg.Register(fenceqprom.NewDBCollector(db, 5*time.Second, log)); err != nil {
+		return nil, fmt.Errorf("register database metrics: %w", err)
 	}
-	if m.orders, err = order.NewPrometheusMetrics(m.reg, m.core.Idempotency()); err != nil {
-		return nil, err
-	}
-	if db != nil {
-		if err := m.reg.Register(fenceqprom.NewDBCollector(db, 5*time.Second, log)); err != nil {
-			return nil, fmt.Errorf("register database metrics: %w", err)
-		}
-	}
-	return m, nil
+	return &cliMetrics{Metrics: m, reg: reg}, nil
 }
 
 // handler serves the metrics in the Prometheus exposition format.

@@ -12,6 +12,8 @@ import (
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/fenceq/fenceq"
+	"github.com/fenceq/fenceq/internal/httpserver"
+	"github.com/fenceq/fenceq/jobs/builtin"
 	"github.com/fenceq/fenceq/jobs/housekeeping"
 	"github.com/fenceq/fenceq/queue"
 )
@@ -20,12 +22,12 @@ func workerCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:  "worker",
 		Usage: "run a worker process for the built-in kinds until SIGINT or SIGTERM",
-		Description: "Runs the built-in kinds: " + strings.Join(kindNames(), ", ") + ".\n" +
+		Description: "Runs the built-in kinds: " + strings.Join(builtin.KindNames(), ", ") + ".\n" +
 			"On SIGINT or SIGTERM it stops claiming, lets running jobs finish for --shutdown-timeout,\n" +
 			"then cancels the rest and gives their leases back (fenced), and deregisters.",
 		Flags: append([]ucli.Flag{
 			&ucli.StringFlag{Name: "queues", Usage: "comma-separated queues to serve (default: " +
-				strings.Join(builtinQueues(), ",") + ")"},
+				strings.Join(builtin.Queues(), ",") + ")"},
 			&ucli.IntFlag{Name: "concurrency", Value: 10, Usage: "jobs run at once per queue"},
 			&ucli.DurationFlag{Name: "lease", Value: 60 * time.Second, Usage: "lease duration without a heartbeat"},
 			&ucli.DurationFlag{Name: "heartbeat", Usage: "lease renewal interval (default lease/3)"},
@@ -37,7 +39,7 @@ func workerCommand() *ucli.Command {
 			&ucli.IntFlag{Name: "max-conns", Value: 10, Usage: "database connections of this process"},
 			&ucli.DurationFlag{Name: "retention", Value: 24 * time.Hour, Usage: "how long finished jobs are kept (negative: forever)"},
 			&ucli.BoolFlag{Name: "no-listen", Usage: "no LISTEN/NOTIFY wake-ups, only --poll (for PgBouncer in transaction pooling mode)"},
-		}, append(businessFlags(), logFlags()...)...),
+		}, slices.Concat(orderFlags(), builtinFlags(), logFlags(), []ucli.Flag{databaseURLFlag()})...),
 		Action: workerAction,
 	}
 }
@@ -50,7 +52,7 @@ func workerAction(c *ucli.Context) error {
 	if err != nil {
 		return err
 	}
-	queues := builtinQueues()
+	queues := builtin.Queues()
 	if s := strings.TrimSpace(c.String("queues")); s != "" {
 		queues = nil
 		for _, q := range strings.Split(s, ",") {
@@ -69,6 +71,22 @@ func workerAction(c *ucli.Context) error {
 	if c.Int("max-conns") < 2 {
 		return usageError{fmt.Errorf("invalid --max-conns %d: must be at least 2", c.Int("max-conns"))}
 	}
+	if d := c.Duration("housekeeping-interval"); d < 0 {
+		return usageError{fmt.Errorf("invalid --housekeeping-interval %s: must not be negative", d)}
+	}
+	tax, err := newTax(c)
+	if err != nil {
+		return err
+	}
+	mailer, mailDesc, closeMailer, err := newMailer(c)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := closeMailer(); err != nil {
+			log.Warn("close the mailer", "err", err)
+		}
+	}()
 	pool, err := openMigrated(c, int32(c.Int("max-conns")))
 	if err != nil {
 		return err
@@ -79,12 +97,16 @@ func workerAction(c *ucli.Context) error {
 	if err != nil {
 		return err
 	}
-	hs := fenceq.NewHandlers()
-	cleanup, mailDesc, err := registerBuiltins(c, hs, builtinDeps{Pool: pool, Logger: log, Metrics: m})
+	orders, err := newOrderService(c, pool, log, m)
 	if err != nil {
 		return err
 	}
-	defer cleanup()
+	hs := fenceq.NewHandlers()
+	if err := builtin.Register(hs, builtin.Deps{Pool: pool, Mailer: mailer, Tax: tax, Orders: orders,
+		HousekeepingInterval: c.Duration("housekeeping-interval"), Logger: log,
+		InvoiceMetrics: m.Invoices, OutboxMetrics: m.Core.Outbox()}); err != nil {
+		return err
+	}
 
 	qcfg := make(map[string]fenceq.QueueConfig, len(queues))
 	for _, q := range queues {
@@ -94,7 +116,7 @@ func workerAction(c *ucli.Context) error {
 		Handlers: hs, Queues: qcfg, ID: c.String("id"),
 		LeaseDuration: c.Duration("lease"), HeartbeatInterval: c.Duration("heartbeat"),
 		ReaperInterval: c.Duration("reaper"), PollInterval: c.Duration("poll"),
-		RetentionPeriod: c.Duration("retention"), DisableListen: c.Bool("no-listen"), Logger: log, Observer: m.core,
+		RetentionPeriod: c.Duration("retention"), DisableListen: c.Bool("no-listen"), Logger: log, Observer: m.Core,
 	})
 	if err != nil {
 		return usageError{err}
@@ -106,12 +128,12 @@ func workerAction(c *ucli.Context) error {
 			return fmt.Errorf("schedule housekeeping: %w", err)
 		}
 	}
-	var srv *httpServer
+	var srv *httpserver.Server
 	if addr := c.String("metrics-addr"); addr != "" {
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", m.handler())
 		mux.Handle("GET /healthz", healthzHandler(pool))
-		if srv, err = startHTTP(addr, mux, log, "metrics"); err != nil {
+		if srv, err = httpserver.Start(addr, mux, log, "metrics"); err != nil {
 			return err
 		}
 	}
@@ -135,7 +157,7 @@ func workerAction(c *ucli.Context) error {
 // healthzHandler answers 200 when the database answers, 503 otherwise.
 func healthzHandler(pool *pgxpool.Pool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := contextWithTimeout(r, 2*time.Second)
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
 		if err := pool.Ping(ctx); err != nil {
 			http.Error(w, "database unreachable", http.StatusServiceUnavailable)

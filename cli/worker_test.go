@@ -125,7 +125,10 @@ func TestWorkerFlagErrors(t *testing.T) {
 	oneErrorLine(t, b.run(t, "worker", "--concurrency", "0"), "invalid --concurrency 0")
 	oneErrorLine(t, b.run(t, "worker", "--queues", "ok, bad queue!"), "--queues")
 	oneErrorLine(t, b.run(t, "worker", "--lease", "1s", "--heartbeat", "2s"), "HeartbeatInterval")
-	oneErrorLine(t, b.run(t, "worker", "--mailer", "carrier-pigeon"), "invalid --mailer")
+	oneErrorLine(t, b.run(t, "worker", "--mailer", "carrier-pigeon"), `invalid --mailer "carrier-pigeon": want file:PATH`)
+	oneErrorLine(t, b.run(t, "worker", "--mailer", "smtp://ada:secret@127.0.0.1:25"), `invalid --mailer "smtp://ada:xxxxx@127.0.0.1:25"`)
+	oneErrorLine(t, b.run(t, "worker", "--tax-latency", "fast"), "invalid --tax-latency")
+	oneErrorLine(t, b.run(t, "worker", "--housekeeping-interval", "-1s"), "invalid --housekeeping-interval -1s")
 	oneErrorLine(t, b.run(t, "worker", "--log-level", "loud"), "invalid --log-level")
 }
 

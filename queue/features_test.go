@@ -417,3 +417,49 @@ func TestFailRecordsAnyErrorText(t *testing.T) {
 		}
 	}
 }
+
+// Metadata is stored as given by a single insert and by both COPY paths, defaults to
+// an empty object, and must be a JSON object of bounded size.
+func TestInsertMetadata(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	plain := b.insert(t, queue.InsertParams{})
+	if string(plain.Metadata) != "{}" {
+		t.Fatalf("metadata of a job inserted without any: %s, want {}", plain.Metadata)
+	}
+	one := b.insert(t, queue.InsertParams{Metadata: []byte(`{"periodic": {"name": "nightly"}}`)})
+	if string(one.Metadata) != `{"periodic": {"name": "nightly"}}` {
+		t.Fatalf("metadata of a single insert: %s", one.Metadata)
+	}
+	n, err := queue.InsertMany(b.ctx, b.db.Pool, []queue.InsertParams{
+		{Kind: "copy", Metadata: []byte(`{"n": 1}`)}, {Kind: "copy"}, {Kind: "copy", UniqueKey: "u", Metadata: []byte(`{"n": 3}`)}})
+	if err != nil || n != 3 {
+		t.Fatalf("insert many: %d %v", n, err)
+	}
+	var metas []string
+	rows, err := b.db.Pool.Query(b.ctx, `SELECT metadata::text FROM fenceq_jobs WHERE kind = 'copy' ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var m string
+		if err := rows.Scan(&m); err != nil {
+			t.Fatal(err)
+		}
+		metas = append(metas, m)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(metas, " ") != `{"n": 1} {} {"n": 3}` {
+		t.Fatalf("metadata of a COPY batch: %v", metas)
+	}
+	for name, bad := range map[string][]byte{"array": []byte(`[1]`), "malformed": []byte(`{"a":`),
+		"too large": []byte(`{"a": "` + strings.Repeat("x", queue.MaxMetadataBytes) + `"}`)} {
+		_, err := queue.Insert(b.ctx, b.db.Pool, queue.InsertParams{Kind: "k", Metadata: bad})
+		var ve *queue.ValidationError
+		if !errors.As(err, &ve) || ve.Field != "metadata" {
+			t.Errorf("%s metadata: %v, want a validation error naming metadata", name, err)
+		}
+	}
+}

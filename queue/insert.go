@@ -34,6 +34,9 @@ type InsertParams struct {
 	UniqueKey string
 	// MaxArgsBytes bounds the size of Args; 0 means DefaultMaxArgsBytes.
 	MaxArgsBytes int
+	// Metadata is a JSON object stored with the job (nil for none), at most
+	// MaxMetadataBytes long.
+	Metadata []byte
 }
 
 // InsertResult is the outcome of Insert.
@@ -55,6 +58,11 @@ func (p *InsertParams) normalize() error {
 	}
 	if len(p.Args) == 0 {
 		p.Args = []byte("{}")
+	}
+	if len(p.Metadata) == 0 {
+		p.Metadata = emptyObject
+	} else if err := validateObject("metadata", p.Metadata, MaxMetadataBytes); err != nil {
+		return err
 	}
 	if err := ValidateQueue(p.Queue); err != nil {
 		return err
@@ -113,7 +121,7 @@ func Insert(ctx context.Context, db DBTX, p InsertParams) (*InsertResult, error)
 	// the insert is simply tried again.
 	for try := 0; try < 5; try++ {
 		row := db.QueryRow(ctx, sqlInsertJob, p.Queue, p.Kind, p.Args, *p.Priority, p.runAt(),
-			p.MaxAttempts, nullString(p.UniqueKey), micros(p.RunIn))
+			p.MaxAttempts, nullString(p.UniqueKey), micros(p.RunIn), p.Metadata)
 		j, err := scanJob(row)
 		if err == nil {
 			return &InsertResult{Job: j}, nil
@@ -142,7 +150,7 @@ func InsertMany(ctx context.Context, db Beginner, ps []InsertParams) (int64, err
 		if err := ps[i].normalize(); err != nil {
 			return 0, fmt.Errorf("job %d of %d: %w", i+1, len(ps), err)
 		}
-		if ps[i].UniqueKey != "" || ps[i].runAt() != nil || ps[i].RunIn > 0 {
+		if ps[i].UniqueKey != "" || ps[i].runAt() != nil || ps[i].RunIn > 0 || len(ps[i].Metadata) > 2 {
 			simple = false
 		}
 	}
@@ -150,8 +158,9 @@ func InsertMany(ctx context.Context, db Beginner, ps []InsertParams) (int64, err
 		return 0, nil
 	}
 	if simple {
-		// Every job runs now and has no unique key: COPY straight into the table; the
-		// column defaults give run_at = now() and state = available.
+		// Every job runs now and has no unique key and no metadata: COPY straight into
+		// the table; the column defaults give run_at = now(), state = available and
+		// metadata = '{}'.
 		n, err := db.CopyFrom(ctx, pgx.Identifier{"fenceq_jobs"},
 			[]string{"queue", "kind", "args", "priority", "max_attempts"},
 			pgx.CopyFromSlice(len(ps), func(i int) ([]any, error) {
@@ -174,11 +183,11 @@ func InsertMany(ctx context.Context, db Beginner, ps []InsertParams) (int64, err
 		return 0, fmt.Errorf("copy %d jobs: create staging table: %w", len(ps), err)
 	}
 	_, err = tx.CopyFrom(ctx, pgx.Identifier{"fenceq_jobs_staging"},
-		[]string{"ord", "queue", "kind", "args", "priority", "run_at", "run_in_us", "max_attempts", "unique_key"},
+		[]string{"ord", "queue", "kind", "args", "priority", "run_at", "run_in_us", "max_attempts", "unique_key", "metadata"},
 		pgx.CopyFromSlice(len(ps), func(i int) ([]any, error) {
 			p := &ps[i]
 			return []any{int32(i), p.Queue, p.Kind, p.Args, int16(*p.Priority), p.runAt(), micros(p.RunIn),
-				int32(p.MaxAttempts), nullString(p.UniqueKey)}, nil
+				int32(p.MaxAttempts), nullString(p.UniqueKey), p.Metadata}, nil
 		}))
 	if err != nil {
 		return 0, fmt.Errorf("copy %d jobs into staging: %w", len(ps), err)

@@ -79,8 +79,11 @@ type JobRow struct {
 	AttemptedAt    *time.Time      `json:"attempted_at"`
 	UniqueKey      *string         `json:"unique_key"`
 	Errors         []AttemptError  `json:"errors"`
-	CreatedAt      time.Time       `json:"created_at"`
-	FinishedAt     *time.Time      `json:"finished_at"`
+	// Metadata is a JSON object about the job rather than for its handler: who
+	// enqueued it and what travels with it. "{}" when there is none.
+	Metadata   json.RawMessage `json:"metadata"`
+	CreatedAt  time.Time       `json:"created_at"`
+	FinishedAt *time.Time      `json:"finished_at"`
 }
 
 // LeaseOf returns the lease the row records: its id, its generation and its holder. It
@@ -95,20 +98,21 @@ func LeaseOf(j *JobRow) Lease {
 
 const jobColumns = `id, queue, kind, args, state, priority, run_at, attempt, max_attempts,
 	lease_gen, leased_by, heartbeat_at, lease_expires_at, attempted_at, unique_key, errors,
-	created_at, finished_at`
+	created_at, finished_at, metadata`
 
 func scanJob(row pgx.Row) (*JobRow, error) {
 	var j JobRow
 	var state string
-	var args, errs []byte
+	var args, errs, meta []byte
 	err := row.Scan(&j.ID, &j.Queue, &j.Kind, &args, &state, &j.Priority, &j.RunAt, &j.Attempt,
 		&j.MaxAttempts, &j.LeaseGen, &j.LeasedBy, &j.HeartbeatAt, &j.LeaseExpiresAt, &j.AttemptedAt,
-		&j.UniqueKey, &errs, &j.CreatedAt, &j.FinishedAt)
+		&j.UniqueKey, &errs, &j.CreatedAt, &j.FinishedAt, &meta)
 	if err != nil {
 		return nil, err
 	}
 	j.State = State(state)
 	j.EncodedArgs = json.RawMessage(args)
+	j.Metadata = json.RawMessage(meta)
 	if len(errs) > 2 {
 		if err := json.Unmarshal(errs, &j.Errors); err != nil {
 			return nil, err
@@ -122,7 +126,12 @@ func scanJob(row pgx.Row) (*JobRow, error) {
 // errors comes back only when there are any, so that scanning a claimed row costs one
 // allocation besides its args.
 const claimedColumns = `id, kind, args, priority, run_at, attempt, max_attempts, lease_gen,
-	lease_expires_at, attempted_at, unique_key, NULLIF(errors, '[]'::jsonb), created_at`
+	lease_expires_at, attempted_at, unique_key, NULLIF(errors, '[]'::jsonb), created_at,
+	NULLIF(metadata, '{}'::jsonb)`
+
+// emptyObject is the metadata of a claimed job that has none: the claim returns
+// metadata only when there is some, like errors.
+var emptyObject = json.RawMessage("{}")
 
 // claimedRow holds a claimed job's row together with the values its pointer fields
 // point to, so that each claimed job is one allocation (besides its args).
@@ -140,7 +149,7 @@ func collectClaimed(rows pgx.Rows, queue, worker string, limit int) ([]*JobRow, 
 	out := make([]*JobRow, 0, limit)
 	kinds := map[string]string{} // one string per kind, not per job
 	// One set of scan targets for every row: a Scan call with the fields of each new
-	// row as targets allocated its argument list per row.
+	// row as targets would allocate its argument list per row.
 	var (
 		r         JobRow
 		kind      pgtype.DriverBytes
@@ -149,10 +158,10 @@ func collectClaimed(rows pgx.Rows, queue, worker string, limit int) ([]*JobRow, 
 		errs      []byte
 	)
 	dest := []any{&r.ID, &kind, (*[]byte)(&r.EncodedArgs), &r.Priority, &r.RunAt, &r.Attempt, &r.MaxAttempts,
-		&r.LeaseGen, &expires, &attempted, &r.UniqueKey, &errs, &r.CreatedAt}
+		&r.LeaseGen, &expires, &attempted, &r.UniqueKey, &errs, &r.CreatedAt, (*[]byte)(&r.Metadata)}
 	for rows.Next() {
 		// Scanned as bytes: into a json.RawMessage, pgx would run json.Unmarshal on it.
-		r.EncodedArgs, r.UniqueKey, errs = nil, nil, nil
+		r.EncodedArgs, r.UniqueKey, r.Metadata, errs = nil, nil, nil, nil
 		if err := rows.Scan(dest...); err != nil {
 			return nil, err
 		}
@@ -164,6 +173,9 @@ func collectClaimed(rows pgx.Rows, queue, worker string, limit int) ([]*JobRow, 
 			kinds[k] = k
 		}
 		j.Kind, j.Queue, j.State = k, queue, StateRunning
+		if j.Metadata == nil {
+			j.Metadata = emptyObject
+		}
 		j.LeasedBy, j.HeartbeatAt, j.LeaseExpiresAt, j.AttemptedAt = &c.leasedBy, &c.heartbeat, &c.expires, &c.attempted
 		if len(errs) > 0 {
 			if err := json.Unmarshal(errs, &j.Errors); err != nil {

@@ -11,8 +11,8 @@ package queue
 
 var sqlInsertJob = `
 WITH t AS (SELECT COALESCE($5::timestamptz, now() + $8::bigint * interval '1 microsecond') AS at)
-INSERT INTO fenceq_jobs (queue, kind, args, priority, run_at, max_attempts, unique_key, state)
-SELECT $1, $2, $3, $4, t.at, $6, $7, CASE WHEN t.at > now() THEN ` + sqlScheduled + ` ELSE ` + sqlAvailable + ` END
+INSERT INTO fenceq_jobs (queue, kind, args, priority, run_at, max_attempts, unique_key, state, metadata)
+SELECT $1, $2, $3, $4, t.at, $6, $7, CASE WHEN t.at > now() THEN ` + sqlScheduled + ` ELSE ` + sqlAvailable + ` END, $9
 FROM t
 ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND state IN ` + sqlUnfinished + ` DO NOTHING
 RETURNING ` + jobColumns
@@ -26,13 +26,13 @@ WHERE unique_key = $1 AND state IN ` + sqlUnfinished
 const sqlCreateStaging = `
 CREATE TEMP TABLE IF NOT EXISTS fenceq_jobs_staging (
     ord int, queue text, kind text, args jsonb, priority smallint, run_at timestamptz,
-    run_in_us bigint, max_attempts int, unique_key text) ON COMMIT DROP;
+    run_in_us bigint, max_attempts int, unique_key text, metadata jsonb) ON COMMIT DROP;
 TRUNCATE fenceq_jobs_staging`
 
 var sqlInsertFromStaging = `
-INSERT INTO fenceq_jobs (queue, kind, args, priority, run_at, max_attempts, unique_key, state)
+INSERT INTO fenceq_jobs (queue, kind, args, priority, run_at, max_attempts, unique_key, state, metadata)
 SELECT queue, kind, args, priority, at, max_attempts, unique_key,
-       CASE WHEN at > now() THEN ` + sqlScheduled + ` ELSE ` + sqlAvailable + ` END
+       CASE WHEN at > now() THEN ` + sqlScheduled + ` ELSE ` + sqlAvailable + ` END, metadata
 FROM (SELECT s.*, COALESCE(s.run_at, now() + s.run_in_us * interval '1 microsecond') AS at
       FROM fenceq_jobs_staging s ORDER BY ord) x
 ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND state IN ` + sqlUnfinished + ` DO NOTHING`

@@ -144,23 +144,24 @@ func TestClaimedRowsEqualStoredRows(t *testing.T) {
 	if _, err := b.db.Pool.Exec(b.ctx, `UPDATE fenceq_jobs SET run_at = now(), state = 'available' WHERE id = $1`, failed.ID); err != nil {
 		t.Fatal(err)
 	}
-	b.insert(t, queue.InsertParams{Queue: "other", Kind: "second", Args: []byte(`{"n": 2}`)})
+	b.insert(t, queue.InsertParams{Queue: "other", Kind: "second", Args: []byte(`{"n": 2}`), Metadata: []byte(`{"origin": "test"}`)})
 	b.insert(t, queue.InsertParams{Queue: "other", Kind: "first", Args: []byte(`{"n": 3}`)})
 
 	claimed := b.claimQueue(t, "other", "w2", 10)
 	if len(claimed) != 3 {
 		t.Fatalf("claimed %d jobs, want 3", len(claimed))
 	}
-	sawErrors := false
+	sawErrors, sawMetadata := false, false
 	for _, c := range claimed {
 		stored := b.job(t, c.ID)
 		if !reflect.DeepEqual(c, stored) {
 			t.Errorf("claimed row differs from the stored one:\nclaimed %+v\nstored  %+v", *c, *stored)
 		}
 		sawErrors = sawErrors || len(c.Errors) == 1
+		sawMetadata = sawMetadata || string(c.Metadata) == `{"origin": "test"}`
 	}
-	if !sawErrors {
-		t.Fatal("no claimed row carried the earlier attempt's error")
+	if !sawErrors || !sawMetadata {
+		t.Fatalf("claimed rows: earlier error carried %v, metadata carried %v; want both", sawErrors, sawMetadata)
 	}
 }
 

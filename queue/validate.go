@@ -15,9 +15,11 @@ const (
 	MaxUniqueKeyLen = 255
 	// DefaultMaxArgsBytes is the default limit on the size of a job's JSON args.
 	DefaultMaxArgsBytes = 1 << 20
-	MinPriority         = 0
-	MaxPriority         = 100
-	MaxMaxAttempts      = 1000
+	// MaxMetadataBytes is the limit on the size of a job's JSON metadata.
+	MaxMetadataBytes = 64 << 10
+	MinPriority      = 0
+	MaxPriority      = 100
+	MaxMaxAttempts   = 1000
 )
 
 // ValidateQueue checks a queue name: 1–64 characters of ASCII letters, digits and
@@ -73,23 +75,29 @@ func ValidateArgs(args []byte, maxBytes int) error {
 	if maxBytes <= 0 {
 		maxBytes = DefaultMaxArgsBytes
 	}
-	if len(args) > maxBytes {
-		return invalid("args", "%d bytes, over the limit of %d", len(args), maxBytes)
+	return validateObject("args", args, maxBytes)
+}
+
+// validateObject checks that b is one JSON object of at most maxBytes that jsonb can
+// store; errors name field.
+func validateObject(field string, b []byte, maxBytes int) error {
+	if len(b) > maxBytes {
+		return invalid(field, "%d bytes, over the limit of %d", len(b), maxBytes)
 	}
-	trimmed := bytes.TrimSpace(args)
+	trimmed := bytes.TrimSpace(b)
 	if len(trimmed) == 0 {
-		return invalid("args", "empty; want a JSON object such as {}")
+		return invalid(field, "empty; want a JSON object such as {}")
 	}
 	if !json.Valid(trimmed) {
 		var v any
 		err := json.Unmarshal(trimmed, &v)
-		return invalid("args", "malformed JSON: %v", err)
+		return invalid(field, "malformed JSON: %v", err)
 	}
 	if trimmed[0] != '{' {
-		return invalid("args", "must be a JSON object, got %s", jsonKind(trimmed[0]))
+		return invalid(field, "must be a JSON object, got %s", jsonKind(trimmed[0]))
 	}
 	if bytes.Contains(trimmed, []byte(`\u0000`)) {
-		return invalid("args", `contains \u0000, which PostgreSQL jsonb cannot store`)
+		return invalid(field, `contains \u0000, which PostgreSQL jsonb cannot store`)
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package cli
+package demo
 
 import (
 	"context"
@@ -11,9 +11,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fenceq/fenceq"
 	"github.com/fenceq/fenceq/internal/verify"
+	"github.com/fenceq/fenceq/jobs/builtin"
 	"github.com/fenceq/fenceq/jobs/email"
 	"github.com/fenceq/fenceq/jobs/invoice"
 	"github.com/fenceq/fenceq/outbox"
@@ -21,13 +23,13 @@ import (
 
 // demoRun is one run of the demo in its schema.
 type demoRun struct {
-	cfg    DemoConfig
+	cfg    Scale
 	url    string
 	pool   *pgxpool.Pool
 	log    *slog.Logger
 	pr     *progress
 	dir    string
-	m      *cliMetrics
+	m      *builtin.Metrics
 	period string
 	pause  *pauser
 	pools  []*pgxpool.Pool // the workers' pools
@@ -56,7 +58,7 @@ type demoCounts struct {
 
 func (r *demoRun) counts(ctx context.Context) (demoCounts, error) {
 	var d demoCounts
-	err := r.pool.QueryRow(ctx, sqlDemoProgress).Scan(&d.invoices, &d.unfinishedInvoiceJobs, &d.orders, &d.delivered,
+	err := r.pool.QueryRow(ctx, sqlProgress).Scan(&d.invoices, &d.unfinishedInvoiceJobs, &d.orders, &d.delivered,
 		&d.pending, &d.revoked, &d.stale, &d.alive)
 	if err != nil {
 		return d, fmt.Errorf("demo: read progress: %w", err)
@@ -64,13 +66,13 @@ func (r *demoRun) counts(ctx context.Context) (demoCounts, error) {
 	return d, nil
 }
 
-func (r *demoRun) run(ctx context.Context) (*DemoReport, error) {
-	r.period = lastMonth()
+func (r *demoRun) run(ctx context.Context) (*Report, error) {
+	r.period = invoice.PreviousPeriod(time.Now())
 	var err error
-	if r.m, err = newMetrics(nil, r.log); err != nil {
+	if r.m, err = builtin.NewMetrics(prometheus.NewRegistry()); err != nil {
 		return nil, fmt.Errorf("demo: %w", err)
 	}
-	rep := &DemoReport{Config: r.cfg, Period: r.period}
+	rep := &Report{Config: r.cfg, Period: r.period}
 	if _, err := invoice.SeedCustomers(ctx, r.pool, r.cfg.Customers, r.period); err != nil {
 		return nil, fmt.Errorf("demo: seed customers: %w", err)
 	}
@@ -125,7 +127,7 @@ func (r *demoRun) run(ctx context.Context) (*DemoReport, error) {
 	if err != nil {
 		return nil, fmt.Errorf("demo: billing run: %w", err)
 	}
-	rows, err := r.pool.Query(ctx, sqlDemoJobIDs, invoice.Kind)
+	rows, err := r.pool.Query(ctx, sqlJobIDs, invoice.Kind)
 	if err != nil {
 		return nil, fmt.Errorf("demo: list invoice jobs: %w", err)
 	}
@@ -184,7 +186,7 @@ func (r *demoRun) run(ctx context.Context) (*DemoReport, error) {
 	rep.Invoices, rep.Orders, rep.LeasesRevoked, rep.StaleWritesRejected, rep.ExpiredHolderAlive =
 		d.invoices, d.orders, d.revoked, d.stale, d.alive
 	rep.Storm = *storm
-	if err := r.pool.QueryRow(ctx, sqlDemoEmails).Scan(&rep.InvoiceEmails, &rep.OrderEmails); err != nil {
+	if err := r.pool.QueryRow(ctx, sqlEmails).Scan(&rep.InvoiceEmails, &rep.OrderEmails); err != nil {
 		return nil, fmt.Errorf("demo: count emails: %w", err)
 	}
 	for _, t := range taxes {
@@ -253,10 +255,10 @@ func (r *demoRun) startWorkers(ctx context.Context, mailer email.Mailer) ([]*fen
 		}
 		hs := fenceq.NewHandlers()
 		log := r.log.With("worker", id)
-		if err := invoice.Register(hs, invoice.Config{Pool: pool, Tax: tax, Logger: log, Metrics: r.m.invoices}); err != nil {
+		if err := invoice.Register(hs, invoice.Config{Pool: pool, Tax: tax, Logger: log, Metrics: r.m.Invoices}); err != nil {
 			return workers, taxes, fmt.Errorf("demo: %w", err)
 		}
-		if _, err := email.RegisterRelay(hs, outbox.RelayConfig{Pool: pool, Logger: log, Metrics: r.m.core.Outbox()},
+		if _, err := email.RegisterRelay(hs, outbox.RelayConfig{Pool: pool, Logger: log, Metrics: r.m.Core.Outbox()},
 			email.DelivererConfig{Mailer: mailer}); err != nil {
 			return workers, taxes, fmt.Errorf("demo: %w", err)
 		}
@@ -265,7 +267,7 @@ func (r *demoRun) startWorkers(ctx context.Context, mailer email.Mailer) ([]*fen
 			Queues: map[string]fenceq.QueueConfig{invoice.Queue: {MaxWorkers: billingSlots},
 				outbox.Queue: {MaxWorkers: outboxSlots}},
 			LeaseDuration: r.cfg.Lease, HeartbeatInterval: r.heartbeat(), ReaperInterval: r.reaper(),
-			PollInterval: 200 * time.Millisecond, Logger: r.log, Observer: r.m.core,
+			PollInterval: 200 * time.Millisecond, Logger: r.log, Observer: r.m.Core,
 		})
 		if err != nil {
 			return workers, taxes, fmt.Errorf("demo: %s: %w", id, err)
