@@ -64,7 +64,12 @@ func TestCommitOutcomeUnknown(t *testing.T) {
 	jobID := res.Job.ID
 	job := fenceqtest.WaitState(t, env.Pool, jobID, fenceq.StateCompleted, 30*time.Second)
 
-	// The fault happened: the server answered COMMIT and the worker never saw it.
+	// The fault happened: the server answered COMMIT and the worker never saw it. The
+	// commit is visible as soon as the server made it, a moment before the proxy records
+	// the reply it dropped.
+	fenceqtest.WaitFor(t, "the proxy to record the dropped COMMIT reply", 10*time.Second, func() bool {
+		return len(w.Proxy.CommitDrops()) > 0
+	})
 	drops := w.Proxy.CommitDrops()
 	if len(drops) != 1 || drops[0].Tag != "COMMIT" {
 		t.Fatalf("proxy dropped %+v; want exactly one COMMIT reply", drops)
