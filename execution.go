@@ -112,12 +112,20 @@ func (e *execution) commit(ctx context.Context, fn func(ctx context.Context, tx 
 }
 
 func (w *Worker) startExecution(row *JobRow, sent time.Time) {
-	h := w.cfg.Handlers.m[row.Kind]
-	e := &execution{w: w, row: row, lease: queue.LeaseOf(row), handler: h, start: time.Now()}
 	// Not a child of a worker-wide context: registering every job with one parent would
 	// take the parent's lock and a map entry per job at start and at finish; Stop
 	// cancels the jobs it has to one by one.
-	e.ctx, e.cancel = context.WithCancelCause(context.Background())
+	e := w.newExecution(context.Background(), row, sent)
+	w.runners.run(e.run)
+}
+
+// newExecution tracks a claimed job under its lease: its context (a child of parent),
+// its local lease deadline, its queue slot. sent is the monotonic time the claim was
+// sent.
+func (w *Worker) newExecution(parent context.Context, row *JobRow, sent time.Time) *execution {
+	h := w.cfg.Handlers.m[row.Kind]
+	e := &execution{w: w, row: row, lease: queue.LeaseOf(row), handler: h, start: time.Now()}
+	e.ctx, e.cancel = context.WithCancelCause(parent)
 	e.deadline = time.AfterFunc(time.Until(sent.Add(w.cfg.LeaseDuration-w.cfg.LeaseMargin)), func() {
 		e.cancel(ErrLeaseDeadline)
 	})
@@ -127,15 +135,19 @@ func (w *Worker) startExecution(row *JobRow, sent time.Time) {
 	w.mu.Unlock()
 	w.execWG.Add(1)
 	w.obs.JobClaimed(row.Queue, row.Kind)
-	w.runners.run(e.run)
+	return e
 }
 
 func (e *execution) run() {
-	w := e.w
+	trace, cause, err := e.call()
+	e.settle(err, trace, cause)
+}
+
+// call runs the job's handler. It returns the handler's error, the stack trace of a
+// panic, and why the handler's context ended, if it did.
+func (e *execution) call() (trace string, cause, err error) {
 	if e.handler == nil {
-		err := fmt.Errorf("no handler registered for kind %q on worker %s", e.row.Kind, w.cfg.ID)
-		e.settle(err, "", nil)
-		return
+		return "", nil, fmt.Errorf("no handler registered for kind %q on worker %s", e.row.Kind, e.w.cfg.ID)
 	}
 	ctx := e.ctx
 	if t := e.handler.opts.Timeout; t > 0 {
@@ -143,8 +155,7 @@ func (e *execution) run() {
 		ctx, cancel = context.WithTimeoutCause(ctx, t, ErrJobTimeout)
 		defer cancel()
 	}
-	var trace string
-	err := func() (err error) {
+	err = func() (err error) {
 		defer func() {
 			if r := recover(); r != nil {
 				trace = string(debug.Stack())
@@ -153,7 +164,7 @@ func (e *execution) run() {
 		}()
 		return e.handler.run(ctx, e.row, e)
 	}()
-	e.settle(err, trace, context.Cause(ctx))
+	return trace, context.Cause(ctx), err
 }
 
 // settle writes the attempt's outcome under the lease. cause is why the handler's

@@ -8,7 +8,7 @@ import (
 
 	ucli "github.com/urfave/cli/v2"
 
-	"github.com/fenceq/fenceq/internal/metrics"
+	"github.com/fenceq/fenceq/fenceqprom"
 	"github.com/fenceq/fenceq/queue"
 )
 
@@ -70,7 +70,7 @@ func health(c *ucli.Context) error {
 	if err != nil {
 		return err
 	}
-	snap, err := metrics.TakeSnapshot(c.Context, pool)
+	snap, err := fenceqprom.TakeSnapshot(c.Context, pool)
 	if err != nil {
 		return err
 	}

@@ -4,13 +4,13 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fenceq/fenceq/internal/dbtest"
+	"github.com/fenceq/fenceq/fenceqtest"
 	"github.com/fenceq/fenceq/migrations"
 )
 
 func TestMigrateRoundTrip(t *testing.T) {
 	t.Parallel()
-	b := setup(t, dbtest.Options{NoMigrate: true})
+	b := setup(t, fenceqtest.Options{NoMigrate: true})
 	latest := migrations.Latest()
 
 	// Before migrations, admin commands say what to do.

@@ -9,7 +9,7 @@ import (
 
 	ucli "github.com/urfave/cli/v2"
 
-	"github.com/fenceq/fenceq/internal/metrics"
+	"github.com/fenceq/fenceq/fenceqprom"
 	"github.com/fenceq/fenceq/outbox"
 	"github.com/fenceq/fenceq/queue"
 )
@@ -31,7 +31,7 @@ type statsReport struct {
 	LeaseEvents map[queue.LeaseEventKind]int64 `json:"lease_events"`
 	Workers     int                            `json:"workers"`
 	Outbox      *outbox.Backlog                `json:"outbox"`
-	Snapshot    *metrics.Snapshot              `json:"database"`
+	Snapshot    *fenceqprom.Snapshot           `json:"database"`
 	Periodic    periodicSummary                `json:"periodic"`
 }
 
@@ -63,7 +63,7 @@ func stats(c *ucli.Context) error {
 		return err
 	}
 	rep.Workers = len(ws)
-	if rep.Snapshot, err = metrics.TakeSnapshot(ctx, pool); err != nil {
+	if rep.Snapshot, err = fenceqprom.TakeSnapshot(ctx, pool); err != nil {
 		return err
 	}
 	rep.Periodic = summarizePeriodic(rep.Snapshot.Periodic)

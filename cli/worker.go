@@ -13,7 +13,6 @@ import (
 
 	"github.com/fenceq/fenceq"
 	"github.com/fenceq/fenceq/internal/httpserver"
-	"github.com/fenceq/fenceq/internal/metrics"
 	"github.com/fenceq/fenceq/jobs/builtin"
 	"github.com/fenceq/fenceq/jobs/housekeeping"
 	"github.com/fenceq/fenceq/queue"
@@ -105,9 +104,9 @@ func workerAction(c *ucli.Context) error {
 	}
 	defer pool.Close()
 
-	m := metrics.New()
-	if err := m.Register(metrics.NewDBCollector(pool, 5*time.Second, log)); err != nil {
-		return fmt.Errorf("register database metrics: %w", err)
+	m, err := newMetrics(pool, log)
+	if err != nil {
+		return err
 	}
 	orders, err := newOrderService(c, pool, log, m)
 	if err != nil {
@@ -115,7 +114,7 @@ func workerAction(c *ucli.Context) error {
 	}
 	hs := fenceq.NewHandlers()
 	if err := builtin.Register(hs, builtin.Deps{Pool: pool, Mailer: mailer, Tax: tax, Orders: orders,
-		Logger: log, InvoiceMetrics: m.Invoices(), OutboxMetrics: m.Outbox()}); err != nil {
+		Logger: log, InvoiceMetrics: m.Invoices, OutboxMetrics: m.Core.Outbox()}); err != nil {
 		return err
 	}
 
@@ -127,7 +126,7 @@ func workerAction(c *ucli.Context) error {
 		Handlers: hs, Queues: qcfg, ID: c.String("id"),
 		LeaseDuration: c.Duration("lease"), HeartbeatInterval: c.Duration("heartbeat"),
 		ReaperInterval: c.Duration("reaper"), PollInterval: c.Duration("poll"),
-		RetentionPeriod: c.Duration("retention"), DisableListen: c.Bool("no-listen"), Logger: log, Observer: m,
+		RetentionPeriod: c.Duration("retention"), DisableListen: c.Bool("no-listen"), Logger: log, Observer: m.Core,
 		Periodic: periodic, DisablePeriodic: c.Bool("no-periodic"),
 		PeriodicInterval: c.Duration("periodic-interval"), PeriodicGrace: c.Duration("periodic-grace"),
 	})
@@ -138,7 +137,7 @@ func workerAction(c *ucli.Context) error {
 	var srv *httpserver.Server
 	if addr := c.String("metrics-addr"); addr != "" {
 		mux := http.NewServeMux()
-		mux.Handle("GET /metrics", m.Handler())
+		mux.Handle("GET /metrics", m.handler())
 		mux.Handle("GET /healthz", healthzHandler(pool))
 		if srv, err = httpserver.Start(addr, mux, log, "metrics"); err != nil {
 			return err

@@ -7,11 +7,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fenceq/fenceq/internal/dbtest"
+	"github.com/fenceq/fenceq/fenceqtest"
 	"github.com/fenceq/fenceq/migrations"
 )
 
-func tables(t *testing.T, db *dbtest.DB) map[string]bool {
+func tables(t *testing.T, db *fenceqtest.DB) map[string]bool {
 	t.Helper()
 	rows, err := db.Pool.Query(context.Background(),
 		`SELECT table_name FROM information_schema.tables WHERE table_schema = $1`, db.Schema)
@@ -35,7 +35,7 @@ func TestUpDownUpRoundTrip(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	db := dbtest.New(t, dbtest.Options{NoMigrate: true})
+	db := fenceqtest.New(t, &fenceqtest.Options{NoMigrate: true})
 
 	rep, err := migrations.Status(ctx, db.Pool)
 	if err != nil || rep.Version != 0 || len(rep.Migrations) == 0 || rep.Migrations[0].Applied {
@@ -92,7 +92,7 @@ func TestDirtySchemaIsReportedAndRefused(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	db := dbtest.New(t) // migrated
+	db := fenceqtest.New(t, nil) // migrated
 	if _, err := db.Pool.Exec(ctx, `UPDATE `+migrations.Table+` SET dirty = true`); err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +114,7 @@ func TestUpCreatesOnlyFenceqTables(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	db := dbtest.New(t, dbtest.Options{NoMigrate: true})
+	db := fenceqtest.New(t, &fenceqtest.Options{NoMigrate: true})
 	if err := migrations.Up(ctx, db.Pool); err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package metrics
+package fenceqprom
 
 import (
 	"context"
@@ -11,10 +11,6 @@ import (
 	"github.com/fenceq/fenceq"
 	"github.com/fenceq/fenceq/queue"
 )
-
-// UnfinishedStates are the states counted as queue depth.
-var UnfinishedStates = []queue.State{queue.StateAvailable, queue.StateScheduled,
-	queue.StateRunning, queue.StateRetryable}
 
 // Snapshot is what the database says now, read for gauges and health checks.
 type Snapshot struct {
@@ -46,14 +42,15 @@ func TakeSnapshot(ctx context.Context, db queue.DBTX) (*Snapshot, error) {
 		return nil, fmt.Errorf("snapshot: look up tables: %w", err)
 	}
 	if !jobs {
-		return nil, fmt.Errorf("snapshot: table fenceq_jobs does not exist (run `fenceq migrate up`)")
+		return nil, fmt.Errorf("snapshot: table fenceq_jobs does not exist (run `fenceq migrate up` or migrations.Up)")
 	}
 	s := &Snapshot{Depth: map[string]map[queue.State]int64{}, OutboxPresent: outbox}
+	unfinished := queue.UnfinishedStates()
 	ensure := func(q string) map[queue.State]int64 {
 		m, ok := s.Depth[q]
 		if !ok {
-			m = make(map[queue.State]int64, len(UnfinishedStates))
-			for _, st := range UnfinishedStates {
+			m = make(map[queue.State]int64, len(unfinished))
+			for _, st := range unfinished {
 				m[st] = 0
 			}
 			s.Depth[q] = m
@@ -78,7 +75,7 @@ func TakeSnapshot(ctx context.Context, db queue.DBTX) (*Snapshot, error) {
 			return nil, fmt.Errorf("snapshot: list queues: %w", err)
 		}
 	}
-	rows, err := db.Query(ctx, sqlQueueDepth)
+	rows, err := db.Query(ctx, sqlQueueDepth, unfinished)
 	if err != nil {
 		return nil, fmt.Errorf("snapshot: queue depth: %w", err)
 	}
@@ -177,7 +174,7 @@ func (c *DBCollector) Collect(ch chan<- prometheus.Metric) {
 	defer cancel()
 	s, err := TakeSnapshot(ctx, c.db)
 	if err != nil {
-		c.log.Warn("metrics: database snapshot failed", "err", err)
+		c.log.Warn("fenceqprom: database snapshot failed", "err", err)
 		ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 0)
 		return
 	}

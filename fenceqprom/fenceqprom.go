@@ -1,34 +1,40 @@
-// Package metrics exposes fenceq's mechanism to Prometheus: a fenceq.Observer that
-// counts what workers see (claims, outcomes, revocations, stale writes, leases that
-// expired while their holder lived, heartbeat failures), counters for idempotency
-// replays and conflicts (the method set of jobs/order.Metrics), invoices (of
-// jobs/invoice.Metrics) and outbox deliveries (of jobs/email.Metrics), and a collector that reads the database
-// at scrape time (queue depth, outbox backlog and its oldest age, the oldest open
-// transaction).
+// Package fenceqprom exposes fenceq's mechanism to Prometheus: Metrics, a
+// fenceq.Observer that counts what workers see (claims, outcomes, revocations, stale
+// writes the database rejected, leases that expired while their holder lived, lost
+// leases, heartbeat failures), with the counters of the outbox relay (outbox.Metrics)
+// and of the idempotency mechanism (idempotency.Metrics); and DBCollector, which reads
+// the database at scrape time (queue depth, outbox backlog and its oldest age, the
+// oldest open transaction).
 //
 // Every name starts with fenceq_. The counters are per process; the database gauges are
-// the same from every process that scrapes one database.
-package metrics
+// the same from every process that scrapes one database. Business counters (invoices,
+// orders) belong to the packages that produce them and register in the same registry.
+//
+//	reg := prometheus.NewRegistry()
+//	m, err := fenceqprom.New(reg)
+//	…
+//	reg.MustRegister(fenceqprom.NewDBCollector(pool, 5*time.Second, logger))
+//	w, err := fenceq.NewWorker(pool, fenceq.Config{Handlers: hs, Observer: m})
+//	http.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+package fenceqprom
 
 import (
 	"errors"
-	"net/http"
+	"fmt"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/fenceq/fenceq"
+	"github.com/fenceq/fenceq/idempotency"
+	"github.com/fenceq/fenceq/outbox"
 	"github.com/fenceq/fenceq/queue"
 )
 
-// Metrics holds fenceq's Prometheus metrics and the registry they live in. It
-// implements fenceq.Observer; pass it as Config.Observer. Its methods are safe for
-// concurrent use.
+// Metrics holds fenceq's Prometheus counters. It implements fenceq.Observer: pass it as
+// Config.Observer. Outbox and Idempotency return the counters of those mechanisms. Its
+// methods are safe for concurrent use.
 type Metrics struct {
-	reg *prometheus.Registry
-
 	jobsClaimed        *prometheus.CounterVec
 	jobsFinished       *prometheus.CounterVec
 	jobDuration        *prometheus.HistogramVec
@@ -39,10 +45,6 @@ type Metrics struct {
 	heartbeatFailures  prometheus.Counter
 	idemReplays        *prometheus.CounterVec
 	idemConflicts      *prometheus.CounterVec
-	ordersCreated      prometheus.Counter
-	invoicesCreated    prometheus.Counter
-	invoiceDuplicates  *prometheus.CounterVec
-	taxFailures        prometheus.Counter
 	outboxDelivered    *prometheus.CounterVec
 	outboxRetried      *prometheus.CounterVec
 	outboxFailed       *prometheus.CounterVec
@@ -51,10 +53,30 @@ type Metrics struct {
 
 var _ fenceq.Observer = (*Metrics)(nil)
 
-// New returns metrics registered in a fresh registry, together with the Go runtime and
-// process collectors. Add the database collector with Register(NewDBCollector(…)).
-func New() *Metrics {
-	m := &Metrics{reg: prometheus.NewRegistry()}
+// staleWriteOps are the operations the worker reports to Observer.StaleWriteRejected.
+// They start at 0, so that an alert on increase() sees the first rejection.
+var staleWriteOps = []string{"commit", "complete", "settle", "release", "with lease"}
+
+// Who sees that a lease expired while its holder lived: the reaper that revoked it,
+// or the holder whose heartbeat found it gone.
+const (
+	seenByReaper = "reaper"
+	seenByHolder = "holder"
+)
+
+// Kinds of idempotency conflicts.
+const (
+	conflictInFlight = "in_flight"
+	conflictKeyReuse = "key_reuse"
+)
+
+// New returns fenceq's metrics, registered in reg. It fails when reg is nil or one of
+// the metrics is registered there already; then none of them stays registered.
+func New(reg prometheus.Registerer) (*Metrics, error) {
+	if reg == nil {
+		return nil, errors.New("fenceqprom: new metrics: registerer is nil")
+	}
+	m := &Metrics{}
 	m.jobsClaimed = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "fenceq_jobs_claimed_total",
 		Help: "Jobs claimed by this process, by queue and kind.",
@@ -111,61 +133,52 @@ func New() *Metrics {
 		Name: "fenceq_outbox_failed_total",
 		Help: "Outbox rows this process marked failed (permanent rejection or last attempt), by topic.",
 	}, []string{"topic"})
-	m.invoicesCreated = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "fenceq_invoices_created_total",
-		Help: "Invoices written (with their email outbox row) by a fenced commit in this process.",
-	})
-	m.invoiceDuplicates = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "fenceq_invoice_duplicates_prevented_total",
-		Help: "Invoice jobs that found their invoice already written, by how (existing_invoice, unique_constraint).",
-	}, []string{"how"})
-	m.taxFailures = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "fenceq_tax_failures_total",
-		Help: "Failed tax service calls of invoice jobs (retried).",
-	})
-	m.ordersCreated = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "fenceq_orders_created_total",
-		Help: "Orders placed (committed) by this process.",
-	})
 	m.periodicEnqueued = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "fenceq_periodic_enqueued_total",
 		Help: "Jobs this process's scheduling passes enqueued for periodic schedules, by schedule name.",
 	}, []string{"name"})
-	m.reg.MustRegister(m.periodicEnqueued, m.jobsClaimed, m.jobsFinished, m.jobDuration, m.leaseRevocations,
-		m.staleWrites, m.expiredHolderAlive, m.leasesLost, m.heartbeatFailures,
-		m.idemReplays, m.idemConflicts, m.ordersCreated, m.invoicesCreated, m.invoiceDuplicates, m.taxFailures, m.outboxDelivered, m.outboxRetried, m.outboxFailed,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	// Known label values start at 0, so an alert on increase() sees the first event.
-	for _, op := range []string{"commit", "complete", "settle", "release", "with lease"} {
+	if err := registerAll(reg, m.jobsClaimed, m.jobsFinished, m.jobDuration, m.leaseRevocations,
+		m.staleWrites, m.expiredHolderAlive, m.leasesLost, m.heartbeatFailures, m.idemReplays,
+		m.idemConflicts, m.outboxDelivered, m.outboxRetried, m.outboxFailed, m.periodicEnqueued); err != nil {
+		return nil, fmt.Errorf("fenceqprom: new metrics: %w", err)
+	}
+	for _, op := range staleWriteOps {
 		m.staleWrites.WithLabelValues(op)
 	}
-	for _, by := range []string{"reaper", "holder"} {
+	for _, by := range []string{seenByReaper, seenByHolder} {
 		m.expiredHolderAlive.WithLabelValues(by)
 	}
-	for _, how := range []string{"existing_invoice", "unique_constraint"} {
-		m.invoiceDuplicates.WithLabelValues(how)
-	}
-	return m
+	return m, nil
 }
 
-// Register adds a collector (such as the one NewDBCollector returns) to the registry.
-func (m *Metrics) Register(c prometheus.Collector) error {
-	if err := m.reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			return nil
+// registerAll registers every collector in reg, or none: when one fails, those
+// registered before it are unregistered again, and the error names the one that failed.
+func registerAll(reg prometheus.Registerer, cs ...prometheus.Collector) error {
+	for i, c := range cs {
+		if err := reg.Register(c); err != nil {
+			for _, done := range cs[:i] {
+				reg.Unregister(done)
+			}
+			return fmt.Errorf("register %s: %w", describe(c), err)
 		}
-		return err
 	}
 	return nil
 }
 
-// Registry returns the registry the metrics live in.
-func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
-
-// Handler serves the metrics in the Prometheus exposition format.
-func (m *Metrics) Handler() http.Handler {
-	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
+// describe names a collector by the first metric it describes, for errors.
+func describe(c prometheus.Collector) string {
+	ch := make(chan *prometheus.Desc)
+	go func() {
+		c.Describe(ch)
+		close(ch)
+	}()
+	name := "collector"
+	if d, ok := <-ch; ok {
+		name = d.String()
+	}
+	for range ch { // let Describe finish
+	}
+	return name
 }
 
 // JobClaimed implements fenceq.Observer.
@@ -181,7 +194,7 @@ func (m *Metrics) JobFinished(q, kind string, outcome fenceq.Outcome, d time.Dur
 func (m *Metrics) LeaseRevoked(r queue.Revocation) {
 	m.leaseRevocations.WithLabelValues(r.Queue, r.Kind).Inc()
 	if r.HolderAlive {
-		m.expiredHolderAlive.WithLabelValues("reaper").Inc()
+		m.expiredHolderAlive.WithLabelValues(seenByReaper).Inc()
 	}
 }
 
@@ -191,7 +204,7 @@ func (m *Metrics) LeaseRevoked(r queue.Revocation) {
 func (m *Metrics) LeaseLost(_ fenceq.Lease, holderAlive bool) {
 	m.leasesLost.Inc()
 	if holderAlive {
-		m.expiredHolderAlive.WithLabelValues("holder").Inc()
+		m.expiredHolderAlive.WithLabelValues(seenByHolder).Inc()
 	}
 }
 
@@ -208,61 +221,20 @@ func (m *Metrics) PeriodicEnqueued(name string, n int) {
 	m.periodicEnqueued.WithLabelValues(name).Add(float64(n))
 }
 
-// Idempotency returns the metrics of the idempotency mechanism, with the method set of
-// jobs/order's Metrics interface.
-func (m *Metrics) Idempotency() *IdempotencyMetrics { return &IdempotencyMetrics{m: m} }
-
-// Invoices returns the metrics of the invoice handler, with the method set of
-// jobs/invoice's Metrics interface.
-func (m *Metrics) Invoices() *InvoiceMetrics { return &InvoiceMetrics{m: m} }
-
-// InvoiceMetrics counts what the invoice handler produced and prevented:
-// fenceq_invoices_created_total, fenceq_invoice_duplicates_prevented_total,
-// and fenceq_tax_failures_total.
-type InvoiceMetrics struct{ m *Metrics }
-
-// InvoiceCreated counts an invoice written by a fenced commit.
-func (i *InvoiceMetrics) InvoiceCreated() { i.m.invoicesCreated.Inc() }
-
-// DuplicatePrevented counts a job that found its invoice already written.
-func (i *InvoiceMetrics) DuplicatePrevented(how string) {
-	i.m.invoiceDuplicates.WithLabelValues(how).Inc()
-}
-
-// StaleWriteRejected is a no-op: the worker's Observer already counts the rejected
-// commit in fenceq_stale_writes_rejected_total{op="commit"}.
-func (i *InvoiceMetrics) StaleWriteRejected() {}
-
-// TaxFailed counts a failed tax call.
-func (i *InvoiceMetrics) TaxFailed() { i.m.taxFailures.Inc() }
-
-// Outbox returns the metrics of the outbox relay, with the method set of jobs/email's
-// Metrics interface.
+// Outbox returns the counters of the outbox relay, for outbox.RelayConfig.Metrics:
+// fenceq_outbox_delivered_total, fenceq_outbox_delivery_retries_total and
+// fenceq_outbox_failed_total.
 func (m *Metrics) Outbox() *OutboxMetrics { return &OutboxMetrics{m: m} }
 
-// IdempotencyMetrics counts idempotent placements: fenceq_orders_created_total,
-// fenceq_idempotency_replays_total and fenceq_idempotency_conflicts_total.
-type IdempotencyMetrics struct{ m *Metrics }
+// Idempotency returns the counters of the idempotency mechanism, for
+// idempotency.Scope.Metrics: fenceq_idempotency_replays_total and
+// fenceq_idempotency_conflicts_total.
+func (m *Metrics) Idempotency() *IdempotencyMetrics { return &IdempotencyMetrics{m: m} }
 
-// Created counts an order placed by this process.
-func (i *IdempotencyMetrics) Created() { i.m.ordersCreated.Inc() }
-
-// Replay counts a request answered from a stored idempotency key.
-func (i *IdempotencyMetrics) Replay(scope string) { i.m.idemReplays.WithLabelValues(scope).Inc() }
-
-// Conflict counts a key reused with a different request.
-func (i *IdempotencyMetrics) Conflict(scope string) {
-	i.m.idemConflicts.WithLabelValues(scope, "key_reuse").Inc()
-}
-
-// InflightWait counts a request that found its key held by a request still in flight.
-func (i *IdempotencyMetrics) InflightWait(scope string) {
-	i.m.idemConflicts.WithLabelValues(scope, "in_flight").Inc()
-}
-
-// OutboxMetrics counts outbox deliveries: fenceq_outbox_delivered_total,
-// fenceq_outbox_delivery_retries_total and fenceq_outbox_failed_total.
+// OutboxMetrics counts outbox deliveries by topic. It implements outbox.Metrics.
 type OutboxMetrics struct{ m *Metrics }
+
+var _ outbox.Metrics = (*OutboxMetrics)(nil)
 
 // Delivered counts a row sent and marked delivered.
 func (o *OutboxMetrics) Delivered(topic string) { o.m.outboxDelivered.WithLabelValues(topic).Inc() }
@@ -272,3 +244,22 @@ func (o *OutboxMetrics) Retried(topic string) { o.m.outboxRetried.WithLabelValue
 
 // Failed counts a row marked failed (permanent rejection or last attempt).
 func (o *OutboxMetrics) Failed(topic string) { o.m.outboxFailed.WithLabelValues(topic).Inc() }
+
+// IdempotencyMetrics counts what the idempotency mechanism decided, by scope. It
+// implements idempotency.Metrics.
+type IdempotencyMetrics struct{ m *Metrics }
+
+var _ idempotency.Metrics = (*IdempotencyMetrics)(nil)
+
+// Replay counts a request answered from a stored idempotency key.
+func (i *IdempotencyMetrics) Replay(scope string) { i.m.idemReplays.WithLabelValues(scope).Inc() }
+
+// Conflict counts a key reused with a different request.
+func (i *IdempotencyMetrics) Conflict(scope string) {
+	i.m.idemConflicts.WithLabelValues(scope, conflictKeyReuse).Inc()
+}
+
+// InflightWait counts a request that found its key held by a request still in flight.
+func (i *IdempotencyMetrics) InflightWait(scope string) {
+	i.m.idemConflicts.WithLabelValues(scope, conflictInFlight).Inc()
+}
