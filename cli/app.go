@@ -42,6 +42,7 @@ func commands() []*ucli.Command {
 		statsCommand(),
 		verifyCommand(),
 		healthCommand(),
+		uiCommand(),
 		demoCommand(),
 		benchCommand(),
 		chaosCommand(),

@@ -54,6 +54,11 @@ func startHTTP(addr string, h http.Handler, log *slog.Logger, what string) (*htt
 	if err != nil {
 		return nil, fmt.Errorf("listen for %s on %s: %w", what, addr, err)
 	}
+	return serveHTTP(ln, h, log, what), nil
+}
+
+// serveHTTP serves h on ln in the background.
+func serveHTTP(ln net.Listener, h http.Handler, log *slog.Logger, what string) *httpServer {
 	s := &httpServer{Addr: ln.Addr().String(), done: make(chan error, 1),
 		srv: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}}
 	go func() {
@@ -64,7 +69,7 @@ func startHTTP(addr string, h http.Handler, log *slog.Logger, what string) (*htt
 		s.done <- err
 	}()
 	log.Info("serving "+what, "addr", s.Addr)
-	return s, nil
+	return s
 }
 
 // Stop shuts the server down, waiting up to timeout for requests in flight.

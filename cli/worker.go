@@ -12,6 +12,7 @@ import (
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/fenceq/fenceq"
+	"github.com/fenceq/fenceq/health"
 	"github.com/fenceq/fenceq/internal/metrics"
 	"github.com/fenceq/fenceq/jobs/housekeeping"
 	"github.com/fenceq/fenceq/queue"
@@ -38,7 +39,7 @@ func workerCommand() *ucli.Command {
 			&ucli.IntFlag{Name: "max-conns", Value: 10, Usage: "database connections of this process"},
 			&ucli.DurationFlag{Name: "retention", Value: 24 * time.Hour, Usage: "how long finished jobs are kept (negative: forever)"},
 			&ucli.BoolFlag{Name: "no-listen", Usage: "no LISTEN/NOTIFY wake-ups, only --poll (for PgBouncer in transaction pooling mode)"},
-		}, append(businessFlags(), logFlags()...)...),
+		}, append(append(uiFlags("ui-"), businessFlags()...), logFlags()...)...),
 		Action: workerAction,
 	}
 }
@@ -99,6 +100,21 @@ func workerAction(c *ucli.Context) error {
 	})
 	if err != nil {
 		return usageError{err}
+	}
+	if addr := c.String("ui-addr"); addr != "" {
+		h, err := newDashboard(c, "ui-", pool, health.Thresholds{}, log)
+		if err != nil {
+			return err
+		}
+		ui, err := startDashboard(h, addr, "ui-addr", log)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			if err := ui.Stop(5 * time.Second); err != nil {
+				log.Warn("stop dashboard", "err", err)
+			}
+		}()
 	}
 	log.Info(mailDesc)
 	if slices.Contains(queues, queue.DefaultQueue) {
