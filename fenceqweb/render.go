@@ -335,6 +335,10 @@ func (c clock) At(t any) string {
 	return "—"
 }
 
+// Precise formats t to the millisecond, for the entries of a lease timeline: several
+// happen within one second.
+func (c clock) Precise(t time.Time) string { return t.In(c.loc).Format("2006-01-02 15:04:05.000 MST") }
+
 // Since says how long ago t was ("12s ago"), or how far ahead ("in 40s").
 func (c clock) Since(t any) string {
 	var tt time.Time

@@ -151,6 +151,9 @@ func buildTimeline(j *queue.JobRow, events []queue.LeaseEvent) *timeline {
 		}
 		for _, e := range errsByGen[g] {
 			gen.Entries = append(gen.Entries, errorEntry(e))
+			if hb := reapedHeartbeat(e.Error); hb != nil && gen.Heartbeat == nil {
+				gen.Heartbeat = hb
+			}
 		}
 		for _, e := range byGen[g] {
 			en := eventEntry(e)
@@ -253,6 +256,26 @@ func eventEntry(e queue.LeaseEvent) timelineEntry {
 		en.Class, en.Title = "event", string(e.Kind)
 	}
 	return en
+}
+
+// reapedHeartbeat reads the last heartbeat of a lease from the error the reaper
+// records when it revokes an expired lease ("lease expired (last heartbeat T)", T as
+// PostgreSQL prints a timestamptz), or nil.
+func reapedHeartbeat(msg string) *time.Time {
+	rest, ok := strings.CutPrefix(msg, "lease expired (last heartbeat ")
+	if !ok {
+		return nil
+	}
+	ts, _, ok := strings.Cut(rest, ")")
+	if !ok {
+		return nil
+	}
+	for _, layout := range []string{"2006-01-02 15:04:05.999999-07", "2006-01-02 15:04:05.999999-07:00"} {
+		if t, err := time.Parse(layout, ts); err == nil {
+			return &t
+		}
+	}
+	return nil
 }
 
 func sameError(a, b queue.AttemptError) bool {

@@ -21,7 +21,7 @@ func TestBuildTimelineDerivesGenerations(t *testing.T) {
 		LeasedBy: ptr("worker-d"), AttemptedAt: ptr(at(100)), HeartbeatAt: ptr(at(110)), LeaseExpiresAt: ptr(at(170)),
 		Errors: []queue.AttemptError{
 			{At: at(10), Attempt: 1, LeaseGen: 1, Worker: "worker-a", Error: "tax api: 503", Trace: "goroutine 1"},
-			{At: at(40), Attempt: 2, LeaseGen: 2, Worker: "worker-b", Error: "lease expired (last heartbeat …)"},
+			{At: at(40), Attempt: 2, LeaseGen: 2, Worker: "worker-b", Error: "lease expired (last heartbeat 2026-10-01 12:00:20.5+00)"},
 			{At: at(60), Attempt: 3, LeaseGen: 4, Error: "cancelled by operator"},
 		}}
 	events := []queue.LeaseEvent{
@@ -54,6 +54,10 @@ func TestBuildTimelineDerivesGenerations(t *testing.T) {
 		}
 	}
 	b := tl.Generations[1]
+	// The reaper's record of the expired lease gives its last heartbeat.
+	if b.Heartbeat == nil || !b.Heartbeat.Equal(at(20).Add(500*time.Millisecond)) {
+		t.Errorf("gen 2 last heartbeat %v; want %v from the reaper's record", b.Heartbeat, at(20).Add(500*time.Millisecond))
+	}
 	if !b.HolderAlive || b.StaleWrites != 1 || !strings.Contains(b.Outcome.Text, "lease expired") {
 		t.Errorf("gen 2: alive %v, stale %d, outcome %q", b.HolderAlive, b.StaleWrites, b.Outcome.Text)
 	}
