@@ -22,10 +22,10 @@ const (
 	MaxPageSize = 500
 	// DefaultScanLimit is how many of the newest jobs a filtered job list examines per
 	// page (see queue.ListParams.ScanLimit).
-	DefaultScanLimit = 100_000
+	DefaultScanLimit = 50_000
 	// DefaultArgsScanLimit is the same bound when the filter searches text in args,
 	// which costs more per job.
-	DefaultArgsScanLimit = 20_000
+	DefaultArgsScanLimit = 10_000
 	// DefaultRequestTimeout bounds the database work of one request.
 	DefaultRequestTimeout = 10 * time.Second
 	// MinSecretLen is the shortest Secret accepted.

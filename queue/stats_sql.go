@@ -23,37 +23,42 @@ SELECT 'settings', q.name, NULL, 0, q.paused FROM fenceq_queues q`
 // sqlThroughput: $1 bucket (µs), $2 buckets, $3 cap. One row per bucket, oldest first:
 // now, start of the first bucket, bucket index, completed, discarded, cancelled, failed
 // attempts, and the most rows one scan read (the cap when it stopped there). The last
-// error of a cancelled job is its cancellation, not a failure.
+// error of a cancelled job is its cancellation, not a failure. Rows are read where
+// they are aggregated rather than materialized, and only the jobs that have errors
+// have them expanded. A failure at or after the window's start but in a job whose
+// errors hold older ones too is counted once, in its own bucket; older errors fall
+// outside every bucket.
 var sqlThroughput = `
 WITH o AS MATERIALIZED (
     SELECT now() AS now, first, extract(epoch FROM first) AS e0, extract(epoch FROM b) AS bs
     FROM (SELECT date_bin(b, now(), timestamptz '2000-01-01 00:00:00+00') - ($2::int - 1) * b AS first, b
           FROM (SELECT $1::bigint * interval '1 microsecond' AS b) x) y),
-fin AS MATERIALIZED (
-    SELECT state, finished_at, NULLIF(errors, '[]'::jsonb) AS errors FROM fenceq_jobs
-    WHERE finished_at >= (SELECT first FROM o) LIMIT $3),
-due AS MATERIALIZED (
-    SELECT state, NULLIF(errors, '[]'::jsonb) AS errors FROM fenceq_jobs WHERE state IN ` + sqlDue + ` LIMIT $3),
-run AS MATERIALIZED (
-    SELECT state, NULLIF(errors, '[]'::jsonb) AS errors FROM fenceq_jobs WHERE state = ` + sqlRunning + ` LIMIT $3),
-errs AS (
-    SELECT extract(epoch FROM (e.v ->> 'at')::timestamptz) AS at
-    FROM (SELECT state, errors FROM fin WHERE errors IS NOT NULL
-          UNION ALL SELECT state, errors FROM due WHERE errors IS NOT NULL
-          UNION ALL SELECT state, errors FROM run WHERE errors IS NOT NULL) j
-    CROSS JOIN LATERAL jsonb_array_elements(j.errors) WITH ORDINALITY AS e(v, n)
-    WHERE NOT (j.state = ` + sqlCancelled + ` AND e.n = jsonb_array_length(j.errors))),
 fb AS (
     SELECT floor((extract(epoch FROM f.finished_at) - o.e0) / o.bs)::int AS i,
            count(*) FILTER (WHERE f.state = ` + sqlCompleted + `) AS completed,
            count(*) FILTER (WHERE f.state = ` + sqlDiscarded + `) AS discarded,
-           count(*) FILTER (WHERE f.state = ` + sqlCancelled + `) AS cancelled
-    FROM fin f, o GROUP BY 1),
+           count(*) FILTER (WHERE f.state = ` + sqlCancelled + `) AS cancelled,
+           count(*) AS n
+    FROM (SELECT state, finished_at FROM fenceq_jobs WHERE finished_at >= (SELECT first FROM o) LIMIT $3) f, o
+    GROUP BY 1),
+failing AS (
+    SELECT state, errors FROM (
+        SELECT state, errors FROM fenceq_jobs WHERE finished_at >= (SELECT first FROM o) LIMIT $3) f
+    WHERE errors <> '[]'::jsonb
+    UNION ALL
+    SELECT state, errors FROM (
+        SELECT state, errors FROM fenceq_jobs WHERE state IN ` + sqlDue + ` LIMIT $3) d
+    WHERE errors <> '[]'::jsonb
+    UNION ALL
+    SELECT state, errors FROM fenceq_jobs WHERE state = ` + sqlRunning + ` AND errors <> '[]'::jsonb),
 eb AS (
-    SELECT floor((e.at - o.e0) / o.bs)::int AS i, count(*) AS n
-    FROM errs e, o WHERE e.at >= o.e0 GROUP BY 1),
+    SELECT floor((extract(epoch FROM (e.v ->> 'at')::timestamptz) - o.e0) / o.bs)::int AS i, count(*) AS n
+    FROM failing j CROSS JOIN LATERAL jsonb_array_elements(j.errors) WITH ORDINALITY AS e(v, n), o
+    WHERE NOT (j.state = ` + sqlCancelled + ` AND e.n = jsonb_array_length(j.errors))
+    GROUP BY 1),
 scanned AS (
-    SELECT GREATEST((SELECT count(*) FROM fin), (SELECT count(*) FROM due), (SELECT count(*) FROM run)) AS n)
+    SELECT GREATEST((SELECT COALESCE(sum(n), 0) FROM fb),
+                    (SELECT count(*) FROM (SELECT 1 FROM fenceq_jobs WHERE state IN ` + sqlDue + ` LIMIT $3) d)) AS n)
 SELECT o.now, o.first, s.i, COALESCE(fb.completed, 0), COALESCE(fb.discarded, 0),
        COALESCE(fb.cancelled, 0), COALESCE(eb.n, 0), scanned.n
 FROM o CROSS JOIN scanned CROSS JOIN generate_series(0, $2::int - 1) AS s(i)
