@@ -12,6 +12,7 @@ import (
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/fenceq/fenceq"
+	"github.com/fenceq/fenceq/health"
 	"github.com/fenceq/fenceq/internal/httpserver"
 	"github.com/fenceq/fenceq/jobs/builtin"
 	"github.com/fenceq/fenceq/jobs/housekeeping"
@@ -44,7 +45,7 @@ func workerCommand() *ucli.Command {
 			&ucli.BoolFlag{Name: "no-periodic", Usage: "run no scheduling passes: enqueue no periodic jobs, not even housekeeping"},
 			&ucli.DurationFlag{Name: "periodic-interval", Value: time.Second, Usage: "how often a scheduling pass runs (it also wakes at the next due slot)"},
 			&ucli.DurationFlag{Name: "periodic-grace", Value: 10 * time.Second, Usage: "slots due within this long after the last pass are caught up; later ones follow their schedule's --missed policy"},
-		}, slices.Concat(orderFlags(), builtinFlags(), logFlags(), []ucli.Flag{databaseURLFlag()})...),
+		}, slices.Concat(uiFlags("ui-"), orderFlags(), builtinFlags(), logFlags(), []ucli.Flag{databaseURLFlag()})...),
 		Action: workerAction,
 	}
 }
@@ -132,6 +133,21 @@ func workerAction(c *ucli.Context) error {
 	})
 	if err != nil {
 		return usageError{err}
+	}
+	if addr := c.String("ui-addr"); addr != "" {
+		h, err := newDashboard(c, "ui-", pool, health.Thresholds{}, log)
+		if err != nil {
+			return err
+		}
+		ui, err := startDashboard(h, addr, "ui-addr", log)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			if err := ui.Stop(5 * time.Second); err != nil {
+				log.Warn("stop dashboard", "err", err)
+			}
+		}()
 	}
 	log.Info(mailDesc)
 	var srv *httpserver.Server

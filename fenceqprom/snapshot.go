@@ -99,11 +99,11 @@ func TakeSnapshot(ctx context.Context, db queue.DBTX) (*Snapshot, error) {
 		}
 		s.OutboxOldestPendingAge = seconds(age)
 	}
-	var xact float64
-	if err := db.QueryRow(ctx, sqlOldestTransaction).Scan(&xact, &s.IdleInTransaction); err != nil {
-		return nil, fmt.Errorf("snapshot: oldest transaction: %w", err)
+	act, err := queue.ReadActivity(ctx, db)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: %w", err)
 	}
-	s.OldestTransactionAge = seconds(xact)
+	s.OldestTransactionAge, s.IdleInTransaction = act.OldestTransactionAge, act.IdleInTransaction
 	s.Periodic = []fenceq.PeriodicInfo{}
 	if periodic {
 		if s.Periodic, err = fenceq.ListPeriodic(ctx, db); err != nil {

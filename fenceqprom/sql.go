@@ -33,15 +33,5 @@ var sqlOutboxPending = `
 SELECT count(*), COALESCE(extract(epoch FROM now() - min(available_at)), 0)::float8
 FROM fenceq_outbox WHERE state = ` + sqlLit(string(outbox.StatePending))
 
-// sqlOldestTransaction is the age of the oldest open transaction of a client in the
-// current database (idle in transaction included), leaving out this very statement's
-// own backend. Without the pg_read_all_stats role, other users' sessions are invisible.
-const sqlOldestTransaction = `
-SELECT COALESCE(extract(epoch FROM max(clock_timestamp() - xact_start)), 0)::float8,
-       count(*) FILTER (WHERE state = 'idle in transaction')
-FROM pg_stat_activity
-WHERE datname = current_database() AND backend_type = 'client backend'
-  AND xact_start IS NOT NULL AND pid <> pg_backend_pid()`
-
 // sqlLit renders a word as an SQL string literal.
 func sqlLit(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }

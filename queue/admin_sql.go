@@ -4,10 +4,32 @@ package queue
 
 const sqlGetJob = `SELECT ` + jobColumns + ` FROM fenceq_jobs WHERE id = $1`
 
-var sqlListJobs = `
-SELECT ` + jobColumns + ` FROM fenceq_jobs
+// listFilter is the WHERE clause of the job lists: $1 state, $2 queue, $3 kind (empty
+// for any), $5 before id (0 for the newest), $6 text in args (empty for any). The
+// statements are planned per execution, so the unused conditions fold away and a state
+// filter meets its partial index.
+const listFilter = `
 WHERE ($1::text = '' OR state = $1) AND ($2::text = '' OR queue = $2) AND ($3::text = '' OR kind = $3)
+  AND ($5::bigint = 0 OR id < $5)
+  AND ($6::text = '' OR strpos(lower(args::text), lower($6)) > 0)`
+
+// sqlListJobs: $4 limit.
+const sqlListJobs = `
+SELECT ` + jobColumns + ` FROM fenceq_jobs` + listFilter + `
 ORDER BY id DESC LIMIT $4`
+
+// sqlListJobsWindow applies the filter to at most $7 jobs, newest first from the
+// before id, walking the primary key: its cost does not depend on how rare matches are.
+const sqlListJobsWindow = `
+SELECT ` + jobColumns + ` FROM (
+    SELECT * FROM fenceq_jobs WHERE ($5::bigint = 0 OR id < $5) ORDER BY id DESC LIMIT $7) w` + listFilter + `
+ORDER BY id DESC LIMIT $4`
+
+// sqlJobsWindowEnd is the lowest id of the window sqlListJobsWindow examined and the
+// number of jobs in it: $1 before id, $2 window size.
+const sqlJobsWindowEnd = `
+SELECT min(id), count(*)::int FROM (
+    SELECT id FROM fenceq_jobs WHERE ($1::bigint = 0 OR id < $1) ORDER BY id DESC LIMIT $2) w`
 
 // sqlRetryJob makes a finished, retryable or scheduled job available now, with at least
 // one attempt left. A running job must be requeued instead.
