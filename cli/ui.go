@@ -27,7 +27,7 @@ func uiCommand() *ucli.Command {
 			append([]ucli.Flag{
 				&ucli.IntFlag{Name: "max-conns", Value: 4, Usage: "database connections of this process"},
 				&ucli.DurationFlag{Name: "shutdown-timeout", Value: 5 * time.Second, Usage: "how long requests in flight may finish on shutdown"},
-			}, logFlags()...)...),
+			}, append(logFlags(), databaseURLFlag())...)...),
 		Action: uiAction,
 	}
 }
