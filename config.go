@@ -78,8 +78,18 @@ type Config struct {
 	DisableListen bool
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
-	// Observer receives counters for metrics. Defaults to a no-op.
-	Observer Observer
+	// Hooks observe the worker's lifecycle events (jobs started and finished, leases
+	// lost and revoked, stale writes rejected, heartbeats failed), for metrics and
+	// tracing: each is a Hook, called in the order given. Defaults to none.
+	Hooks []Hook
+	// Middleware wraps the work of every job this worker runs, outside the kind's own
+	// (HandlerOpts.Middleware), the first outermost. Defaults to none.
+	Middleware []Middleware
+	// InsertMiddleware wraps the enqueues made inside this worker's handlers — Enqueue
+	// and EnqueueMany with the handler's context, and so the delivery jobs outbox.Insert
+	// enqueues inside Job.Commit — the first outermost. Give an application's own
+	// enqueues the same middleware with an Inserter. Defaults to none.
+	InsertMiddleware []InsertMiddleware
 }
 
 func (c Config) withDefaults() Config {
@@ -132,9 +142,6 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	if c.Observer == nil {
-		c.Observer = NopObserver{}
-	}
 	return c
 }
 
@@ -172,6 +179,19 @@ func (c Config) validate() error {
 		return fmt.Errorf("config: LeaseMargin: %s must be between 0 and LeaseDuration-HeartbeatInterval (%s)",
 			c.LeaseMargin, c.LeaseDuration-c.HeartbeatInterval)
 	}
+	for i, mw := range c.Middleware {
+		if mw == nil {
+			return fmt.Errorf("config: Middleware[%d]: nil", i)
+		}
+	}
+	for i, mw := range c.InsertMiddleware {
+		if mw == nil {
+			return fmt.Errorf("config: InsertMiddleware[%d]: nil", i)
+		}
+	}
+	if _, err := newHookSet(c.Hooks); err != nil {
+		return err
+	}
 	for name, n := range map[string]int{"ClaimBatchSize": c.ClaimBatchSize,
 		"CompleteBatchSize": c.CompleteBatchSize, "ReapBatchSize": c.ReapBatchSize,
 		"PruneBatchSize": c.PruneBatchSize} {
@@ -181,52 +201,3 @@ func (c Config) validate() error {
 	}
 	return nil
 }
-
-// Outcome is how one attempt of a job ended, as reported to the Observer.
-type Outcome string
-
-// Outcomes.
-const (
-	OutcomeCompleted Outcome = "completed"
-	OutcomeRetried   Outcome = "retried"
-	OutcomeDiscarded Outcome = "discarded"
-	OutcomeCancelled Outcome = "cancelled"
-	OutcomeSnoozed   Outcome = "snoozed"
-	OutcomeLeaseLost Outcome = "lease_lost"
-	OutcomeReleased  Outcome = "released"
-	OutcomeUnknown   Outcome = "unknown"
-)
-
-// Observer receives the worker's events, for metrics. Methods must be fast and safe for
-// concurrent use.
-type Observer interface {
-	JobClaimed(queue, kind string)
-	JobFinished(queue, kind string, outcome Outcome, d time.Duration)
-	LeaseRevoked(r Revocation)
-	LeaseLost(l Lease, holderAlive bool)
-	StaleWriteRejected(op string, l Lease)
-	HeartbeatFailed(err error)
-}
-
-// NopObserver ignores every event.
-type NopObserver struct{}
-
-// JobClaimed implements Observer.
-func (NopObserver) JobClaimed(string, string) {}
-
-// JobFinished implements Observer.
-func (NopObserver) JobFinished(string, string, Outcome, time.Duration) {}
-
-// LeaseRevoked implements Observer.
-func (NopObserver) LeaseRevoked(Revocation) {}
-
-// LeaseLost implements Observer.
-func (NopObserver) LeaseLost(Lease, bool) {}
-
-// StaleWriteRejected implements Observer.
-func (NopObserver) StaleWriteRejected(string, Lease) {}
-
-// HeartbeatFailed implements Observer.
-func (NopObserver) HeartbeatFailed(error) {}
-
-var _ Observer = NopObserver{}

@@ -29,10 +29,10 @@ import (
 
 // The metrics are what the business packages count into.
 var (
-	_ fenceq.Observer = (*metrics.Metrics)(nil)
-	_ order.Metrics   = (*metrics.IdempotencyMetrics)(nil)
-	_ outbox.Metrics  = (*metrics.OutboxMetrics)(nil)
-	_ invoice.Metrics = (*metrics.InvoiceMetrics)(nil)
+	_ fenceq.JobFinishedHook = (*metrics.Metrics)(nil)
+	_ order.Metrics          = (*metrics.IdempotencyMetrics)(nil)
+	_ outbox.Metrics         = (*metrics.OutboxMetrics)(nil)
+	_ invoice.Metrics        = (*metrics.InvoiceMetrics)(nil)
 )
 
 // kindInfo describes a built-in kind for enqueue and worker.

@@ -1,4 +1,4 @@
-// Package metrics exposes fenceq's mechanism to Prometheus: a fenceq.Observer that
+// Package metrics exposes fenceq's mechanism to Prometheus: a fenceq.Hook that
 // counts what workers see (claims, outcomes, revocations, stale writes, leases that
 // expired while their holder lived, heartbeat failures), counters for idempotency
 // replays and conflicts (the method set of jobs/order.Metrics), invoices (of
@@ -11,9 +11,9 @@
 package metrics
 
 import (
+	"context"
 	"errors"
 	"net/http"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -23,8 +23,8 @@ import (
 	"github.com/fenceq/fenceq/queue"
 )
 
-// Metrics holds fenceq's Prometheus metrics and the registry they live in. It
-// implements fenceq.Observer; pass it as Config.Observer. Its methods are safe for
+// Metrics holds fenceq's Prometheus metrics and the registry they live in. It is a
+// fenceq.Hook of every worker event; pass it in Config.Hooks. Its methods are safe for
 // concurrent use.
 type Metrics struct {
 	reg *prometheus.Registry
@@ -48,7 +48,14 @@ type Metrics struct {
 	outboxFailed       *prometheus.CounterVec
 }
 
-var _ fenceq.Observer = (*Metrics)(nil)
+var (
+	_ fenceq.JobStartedHook         = (*Metrics)(nil)
+	_ fenceq.JobFinishedHook        = (*Metrics)(nil)
+	_ fenceq.LeaseRevokedHook       = (*Metrics)(nil)
+	_ fenceq.LeaseLostHook          = (*Metrics)(nil)
+	_ fenceq.StaleWriteRejectedHook = (*Metrics)(nil)
+	_ fenceq.HeartbeatFailedHook    = (*Metrics)(nil)
+)
 
 // New returns metrics registered in a fresh registry, together with the Go runtime and
 // process collectors. Add the database collector with Register(NewDBCollector(…)).
@@ -163,40 +170,42 @@ func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
 }
 
-// JobClaimed implements fenceq.Observer.
-func (m *Metrics) JobClaimed(q, kind string) { m.jobsClaimed.WithLabelValues(q, kind).Inc() }
-
-// JobFinished implements fenceq.Observer.
-func (m *Metrics) JobFinished(q, kind string, outcome fenceq.Outcome, d time.Duration) {
-	m.jobsFinished.WithLabelValues(q, kind, string(outcome)).Inc()
-	m.jobDuration.WithLabelValues(q, kind).Observe(d.Seconds())
+// JobStarted implements fenceq.JobStartedHook: it counts the claim.
+func (m *Metrics) JobStarted(_ context.Context, job *fenceq.JobRow) {
+	m.jobsClaimed.WithLabelValues(job.Queue, job.Kind).Inc()
 }
 
-// LeaseRevoked implements fenceq.Observer.
-func (m *Metrics) LeaseRevoked(r queue.Revocation) {
+// JobFinished implements fenceq.JobFinishedHook.
+func (m *Metrics) JobFinished(_ context.Context, job *fenceq.JobRow, res fenceq.AttemptResult) {
+	m.jobsFinished.WithLabelValues(job.Queue, job.Kind, string(res.Outcome)).Inc()
+	m.jobDuration.WithLabelValues(job.Queue, job.Kind).Observe(res.Duration.Seconds())
+}
+
+// LeaseRevoked implements fenceq.LeaseRevokedHook.
+func (m *Metrics) LeaseRevoked(_ context.Context, r queue.Revocation) {
 	m.leaseRevocations.WithLabelValues(r.Queue, r.Kind).Inc()
 	if r.HolderAlive {
 		m.expiredHolderAlive.WithLabelValues("reaper").Inc()
 	}
 }
 
-// LeaseLost implements fenceq.Observer. holderAlive is true only when the holder
+// LeaseLost implements fenceq.LeaseLostHook. holderAlive is true only when the holder
 // recorded the expired_holder_alive event itself (the reaper had not), so the two
-// observers never count one lease twice.
-func (m *Metrics) LeaseLost(_ fenceq.Lease, holderAlive bool) {
+// hooks never count one lease twice.
+func (m *Metrics) LeaseLost(_ context.Context, _ *fenceq.JobRow, holderAlive bool) {
 	m.leasesLost.Inc()
 	if holderAlive {
 		m.expiredHolderAlive.WithLabelValues("holder").Inc()
 	}
 }
 
-// StaleWriteRejected implements fenceq.Observer.
-func (m *Metrics) StaleWriteRejected(op string, _ fenceq.Lease) {
+// StaleWriteRejected implements fenceq.StaleWriteRejectedHook.
+func (m *Metrics) StaleWriteRejected(_ context.Context, _ *fenceq.JobRow, op string) {
 	m.staleWrites.WithLabelValues(op).Inc()
 }
 
-// HeartbeatFailed implements fenceq.Observer.
-func (m *Metrics) HeartbeatFailed(error) { m.heartbeatFailures.Inc() }
+// HeartbeatFailed implements fenceq.HeartbeatFailedHook.
+func (m *Metrics) HeartbeatFailed(context.Context, error) { m.heartbeatFailures.Inc() }
 
 // Idempotency returns the metrics of the idempotency mechanism, with the method set of
 // jobs/order's Metrics interface.
@@ -219,7 +228,7 @@ func (i *InvoiceMetrics) DuplicatePrevented(how string) {
 	i.m.invoiceDuplicates.WithLabelValues(how).Inc()
 }
 
-// StaleWriteRejected is a no-op: the worker's Observer already counts the rejected
+// StaleWriteRejected is a no-op: the worker's hook (Metrics) already counts the rejected
 // commit in fenceq_stale_writes_rejected_total{op="commit"}.
 func (i *InvoiceMetrics) StaleWriteRejected() {}
 

@@ -40,20 +40,22 @@ func wantLines(t *testing.T, body string, lines ...string) {
 	}
 }
 
-func TestObserverCounts(t *testing.T) {
+func TestHookCounts(t *testing.T) {
 	t.Parallel()
 	m := metrics.New()
+	ctx := context.Background()
 	l := fenceq.Lease{JobID: 1, Gen: 2, Holder: "w1"}
-	m.JobClaimed("billing", "invoice")
-	m.JobClaimed("billing", "invoice")
-	m.JobFinished("billing", "invoice", fenceq.OutcomeCompleted, 1500*time.Millisecond)
-	m.JobFinished("billing", "invoice", fenceq.OutcomeLeaseLost, 3*time.Second)
-	m.LeaseRevoked(queue.Revocation{Lease: l, Queue: "billing", Kind: "invoice", HolderAlive: true})
-	m.LeaseRevoked(queue.Revocation{Lease: l, Queue: "billing", Kind: "invoice"})
-	m.LeaseLost(l, false)
-	m.LeaseLost(l, true)
-	m.StaleWriteRejected("commit", l)
-	m.HeartbeatFailed(errors.New("boom"))
+	job := &fenceq.JobRow{ID: 1, LeaseGen: 2, Queue: "billing", Kind: "invoice"}
+	m.JobStarted(ctx, job)
+	m.JobStarted(ctx, job)
+	m.JobFinished(ctx, job, fenceq.AttemptResult{Outcome: fenceq.OutcomeCompleted, Duration: 1500 * time.Millisecond})
+	m.JobFinished(ctx, job, fenceq.AttemptResult{Outcome: fenceq.OutcomeLeaseLost, Err: fenceq.ErrLeaseLost, Duration: 3 * time.Second})
+	m.LeaseRevoked(ctx, queue.Revocation{Lease: l, Queue: "billing", Kind: "invoice", HolderAlive: true})
+	m.LeaseRevoked(ctx, queue.Revocation{Lease: l, Queue: "billing", Kind: "invoice"})
+	m.LeaseLost(ctx, job, false)
+	m.LeaseLost(ctx, job, true)
+	m.StaleWriteRejected(ctx, job, "commit")
+	m.HeartbeatFailed(ctx, errors.New("boom"))
 	im := m.Idempotency()
 	im.Created()
 	im.Replay("orders")
