@@ -20,10 +20,10 @@ type execution struct {
 	row     *JobRow
 	lease   Lease
 	handler *handlerEntry
-	ctx     context.Context
 	cancel  context.CancelCauseFunc
-	// jctx is the context handed to middleware and the handler: ctx, answering also
-	// for the execution and the worker's Inserter (see jobContext).
+	// jctx is the context handed to middleware and the handler: a cancellable context
+	// (cancelled by cancel), answering also for the execution and the worker's
+	// Inserter (see jobContext).
 	jctx  jobContext
 	start time.Time
 	// deadline cancels the job when no renewal is confirmed in time (monotonic clock).
@@ -42,9 +42,8 @@ type execution struct {
 	// While lostHold is set, the heartbeat that found the lease lost has yet to call
 	// the LeaseLost hooks; finish leaves the JobFinished hooks to it (pending), so that
 	// they are told of the lost lease before the attempt's end.
-	lostHold   bool
-	hasPending bool
-	pending    AttemptResult
+	lostHold bool
+	pending  *AttemptResult
 }
 
 func (e *execution) markReleased() bool {
@@ -125,8 +124,8 @@ func (w *Worker) startExecution(row *JobRow, sent time.Time) {
 	e := &execution{w: w, row: row, lease: queue.LeaseOf(row), handler: h, start: time.Now()}
 	// Not a child of a worker-wide context: registering every job with one parent took
 	// a lock and a map entry per job; Stop cancels the jobs it has to one by one.
-	e.ctx, e.cancel = context.WithCancelCause(context.Background())
-	e.jctx = jobContext{Context: e.ctx, e: e}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	e.cancel, e.jctx = cancel, jobContext{Context: ctx, e: e}
 	e.deadline = time.AfterFunc(time.Until(sent.Add(w.cfg.LeaseDuration-w.cfg.LeaseMargin)), func() {
 		e.cancel(ErrLeaseDeadline)
 	})
@@ -314,7 +313,8 @@ func (e *execution) finish(outcome Outcome, err error) {
 func (e *execution) finishedHooks(res AttemptResult) {
 	e.mu.Lock()
 	if e.lostHold {
-		e.pending, e.hasPending = res, true
+		held := res // copied to the heap only here, not on every call
+		e.pending = &held
 		e.mu.Unlock()
 		return
 	}
@@ -334,11 +334,11 @@ func (e *execution) holdFinish() {
 func (e *execution) releaseFinish() {
 	e.mu.Lock()
 	e.lostHold = false
-	res, pending := e.pending, e.hasPending
-	e.hasPending = false
+	res := e.pending
+	e.pending = nil
 	e.mu.Unlock()
-	if pending {
-		e.w.hooks.jobFinished(e.hookCtx(), e.row, res)
+	if res != nil {
+		e.w.hooks.jobFinished(e.hookCtx(), e.row, *res)
 	}
 }
 
