@@ -184,9 +184,9 @@ func TestHooksFire(t *testing.T) {
 	t.Run("LeaseLostThenStaleWrite", func(t *testing.T) {
 		stall := enqueue("stall")
 		revoke(t, stall, "stall")
-		evs := waitEvents(t, rec, stall, 2) // started, then the heartbeat's lost
+		waitEvents(t, rec, stall, 2) // started, then the heartbeat's lost
 		close(release)
-		evs = waitEvents(t, rec, stall, 4)
+		evs := waitEvents(t, rec, stall, 4)
 		want := []string{"started", "lost", "stale", "finished"}
 		for i, e := range evs {
 			if e.what != want[i] || e.jobID != stall || e.gen != 1 {
