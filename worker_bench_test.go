@@ -19,11 +19,29 @@ func (drainArgs) Kind() string { return "drain" }
 
 // BenchmarkWorkerDrain works down b.N pre-inserted no-op jobs with one worker and
 // reports the time and allocations per job of the whole process (worker, pgx, the
-// completion batches), from Start until Stop has written the last completion. Run
-// with a fixed count so that the table is the same size each time:
+// completion batches), from Start until Stop has written the last completion: bare,
+// and with one no-op work middleware and one JobFinished hook. Run with a fixed count
+// so that the table is the same size each time:
 //
 //	go test -run '^$' -bench WorkerDrain -benchtime 100000x -count 5 .
 func BenchmarkWorkerDrain(b *testing.B) {
+	b.Run("bare", func(b *testing.B) { benchDrain(b, fenceq.Config{}) })
+	b.Run("middleware+hook", func(b *testing.B) {
+		benchDrain(b, fenceq.Config{
+			Middleware: []fenceq.Middleware{func(ctx context.Context, _ *fenceq.JobRow, next func(context.Context) error) error {
+				return next(ctx)
+			}},
+			Hooks: []fenceq.Hook{finishedCounter{}},
+		})
+	})
+}
+
+// finishedCounter is a JobFinished hook that does nothing but be called.
+type finishedCounter struct{}
+
+func (finishedCounter) JobFinished(context.Context, *fenceq.JobRow, fenceq.AttemptResult) {}
+
+func benchDrain(b *testing.B, cfg fenceq.Config) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	db := dbtest.New(b, dbtest.Options{MaxConns: 8})
@@ -50,8 +68,9 @@ func BenchmarkWorkerDrain(b *testing.B) {
 		}
 		return nil
 	}, nil)
-	w, err := fenceq.NewWorker(db.Pool, fenceq.Config{Handlers: hs, Logger: testutil.QuietLogger(),
-		Queues: map[string]fenceq.QueueConfig{"default": {MaxWorkers: 1000}}})
+	cfg.Handlers, cfg.Logger = hs, testutil.QuietLogger()
+	cfg.Queues = map[string]fenceq.QueueConfig{"default": {MaxWorkers: 1000}}
+	w, err := fenceq.NewWorker(db.Pool, cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
