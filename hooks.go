@@ -79,10 +79,10 @@ type HeartbeatFailedHook interface {
 // AttemptResult is how one attempt ended, as JobFinishedHook is told.
 type AttemptResult struct {
 	Outcome Outcome
-	// Err is the error that decided the outcome: the handler's (or a middleware's) for
-	// retried, discarded, cancelled and snoozed; the rejected write's for lease_lost when
-	// a write was rejected (nil when a heartbeat found the lease gone); the failed
-	// write's for unknown; nil for completed and released.
+	// Err is the error behind the outcome: the handler's (or a middleware's) for
+	// retried, discarded, cancelled and snoozed; for lease_lost an error matching
+	// ErrLeaseLost (the rejected write's, the handler's, or the cancellation's cause);
+	// the failed write's for unknown; nil for completed and released.
 	Err error
 	// Duration runs from the claim to the settled outcome.
 	Duration time.Duration
