@@ -192,7 +192,7 @@ func TestPeriodicWorkersShareSlots(t *testing.T) {
 	pj := fenceq.NewPeriodicJob("every-second", "@every 1s", TickArgs{N: 7}, &fenceq.PeriodicOpts{Queue: tickQueue})
 	for _, id := range []string{"w1", "w2", "w3"} {
 		cfg := b.config(id, pj)
-		cfg.Observer = obs
+		cfg.Hooks = []fenceq.Hook{obs}
 		b.start(t, b.db.NewPool(t, 4), cfg)
 	}
 	fenceqtest.WaitFor(t, "five slots", 30*time.Second, func() bool {
@@ -227,12 +227,11 @@ func TestPeriodicWorkersShareSlots(t *testing.T) {
 }
 
 type countingObserver struct {
-	fenceq.NopObserver
 	mu sync.Mutex
 	n  int
 }
 
-func (o *countingObserver) PeriodicEnqueued(_ string, n int) {
+func (o *countingObserver) PeriodicEnqueued(_ context.Context, _ string, n int) {
 	o.mu.Lock()
 	o.n += n
 	o.mu.Unlock()

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -199,7 +200,16 @@ func printJob(w io.Writer, j *queue.JobRow) {
 		{"created_at", fmtTime(&j.CreatedAt)},
 		{"finished_at", fmtTime(j.FinishedAt)},
 		{"args", string(j.EncodedArgs)},
+		{"output", fmtOutput(j.Output)},
 	})
+}
+
+// fmtOutput shows a job's recorded output, "-" when it has none.
+func fmtOutput(out json.RawMessage) string {
+	if out == nil {
+		return "-"
+	}
+	return string(out)
 }
 
 func orDash(s string) string {

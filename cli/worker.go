@@ -127,7 +127,7 @@ func workerAction(c *ucli.Context) error {
 		Handlers: hs, Queues: qcfg, ID: c.String("id"),
 		LeaseDuration: c.Duration("lease"), HeartbeatInterval: c.Duration("heartbeat"),
 		ReaperInterval: c.Duration("reaper"), PollInterval: c.Duration("poll"),
-		RetentionPeriod: c.Duration("retention"), DisableListen: c.Bool("no-listen"), Logger: log, Observer: m.Core,
+		RetentionPeriod: c.Duration("retention"), DisableListen: c.Bool("no-listen"), Logger: log, Hooks: []fenceq.Hook{m.Core},
 		Periodic: periodic, DisablePeriodic: c.Bool("no-periodic"),
 		PeriodicInterval: c.Duration("periodic-interval"), PeriodicGrace: c.Duration("periodic-grace"),
 	})

@@ -1,5 +1,5 @@
 // Package fenceqprom exposes fenceq's mechanism to Prometheus: Metrics, a
-// fenceq.Observer that counts what workers see (claims, outcomes, revocations, stale
+// fenceq hook that counts what workers see (claims, outcomes, revocations, stale
 // writes the database rejected, leases that expired while their holder lived, lost
 // leases, heartbeat failures), with the counters of the outbox relay (outbox.Metrics)
 // and of the idempotency mechanism (idempotency.Metrics); and DBCollector, which reads
@@ -14,14 +14,14 @@
 //	m, err := fenceqprom.New(reg)
 //	…
 //	reg.MustRegister(fenceqprom.NewDBCollector(pool, 5*time.Second, logger))
-//	w, err := fenceq.NewWorker(pool, fenceq.Config{Handlers: hs, Observer: m})
+//	w, err := fenceq.NewWorker(pool, fenceq.Config{Handlers: hs, Hooks: []fenceq.Hook{m}})
 //	http.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 package fenceqprom
 
 import (
+	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -31,8 +31,8 @@ import (
 	"github.com/fenceq/fenceq/queue"
 )
 
-// Metrics holds fenceq's Prometheus counters. It implements fenceq.Observer: pass it as
-// Config.Observer. Outbox and Idempotency return the counters of those mechanisms. Its
+// Metrics holds fenceq's Prometheus counters. It is a fenceq.Hook of every worker event:
+// pass it in Config.Hooks. Outbox and Idempotency return the counters of those mechanisms. Its
 // methods are safe for concurrent use.
 type Metrics struct {
 	jobsClaimed        *prometheus.CounterVec
@@ -51,9 +51,16 @@ type Metrics struct {
 	periodicEnqueued   *prometheus.CounterVec
 }
 
-var _ fenceq.Observer = (*Metrics)(nil)
+var (
+	_ fenceq.JobStartedHook         = (*Metrics)(nil)
+	_ fenceq.JobFinishedHook        = (*Metrics)(nil)
+	_ fenceq.LeaseRevokedHook       = (*Metrics)(nil)
+	_ fenceq.LeaseLostHook          = (*Metrics)(nil)
+	_ fenceq.StaleWriteRejectedHook = (*Metrics)(nil)
+	_ fenceq.HeartbeatFailedHook    = (*Metrics)(nil)
+)
 
-// staleWriteOps are the operations the worker reports to Observer.StaleWriteRejected.
+// staleWriteOps are the operations the worker reports to the StaleWriteRejected hook.
 // They start at 0, so that an alert on increase() sees the first rejection.
 var staleWriteOps = []string{"commit", "complete", "settle", "release", "with lease"}
 
@@ -181,43 +188,45 @@ func describe(c prometheus.Collector) string {
 	return name
 }
 
-// JobClaimed implements fenceq.Observer.
-func (m *Metrics) JobClaimed(q, kind string) { m.jobsClaimed.WithLabelValues(q, kind).Inc() }
-
-// JobFinished implements fenceq.Observer.
-func (m *Metrics) JobFinished(q, kind string, outcome fenceq.Outcome, d time.Duration) {
-	m.jobsFinished.WithLabelValues(q, kind, string(outcome)).Inc()
-	m.jobDuration.WithLabelValues(q, kind).Observe(d.Seconds())
+// JobStarted implements fenceq.JobStartedHook: it counts the claim.
+func (m *Metrics) JobStarted(_ context.Context, job *fenceq.JobRow) {
+	m.jobsClaimed.WithLabelValues(job.Queue, job.Kind).Inc()
 }
 
-// LeaseRevoked implements fenceq.Observer.
-func (m *Metrics) LeaseRevoked(r queue.Revocation) {
+// JobFinished implements fenceq.JobFinishedHook.
+func (m *Metrics) JobFinished(_ context.Context, job *fenceq.JobRow, res fenceq.AttemptResult) {
+	m.jobsFinished.WithLabelValues(job.Queue, job.Kind, string(res.Outcome)).Inc()
+	m.jobDuration.WithLabelValues(job.Queue, job.Kind).Observe(res.Duration.Seconds())
+}
+
+// LeaseRevoked implements fenceq.LeaseRevokedHook.
+func (m *Metrics) LeaseRevoked(_ context.Context, r queue.Revocation) {
 	m.leaseRevocations.WithLabelValues(r.Queue, r.Kind).Inc()
 	if r.HolderAlive {
 		m.expiredHolderAlive.WithLabelValues(seenByReaper).Inc()
 	}
 }
 
-// LeaseLost implements fenceq.Observer. holderAlive is true only when the holder
+// LeaseLost implements fenceq.LeaseLostHook. holderAlive is true only when the holder
 // recorded the expired_holder_alive event itself (the reaper had not), so the two
-// observers never count one lease twice.
-func (m *Metrics) LeaseLost(_ fenceq.Lease, holderAlive bool) {
+// hooks never count one lease twice.
+func (m *Metrics) LeaseLost(_ context.Context, _ *fenceq.JobRow, holderAlive bool) {
 	m.leasesLost.Inc()
 	if holderAlive {
 		m.expiredHolderAlive.WithLabelValues(seenByHolder).Inc()
 	}
 }
 
-// StaleWriteRejected implements fenceq.Observer.
-func (m *Metrics) StaleWriteRejected(op string, _ fenceq.Lease) {
+// StaleWriteRejected implements fenceq.StaleWriteRejectedHook.
+func (m *Metrics) StaleWriteRejected(_ context.Context, _ *fenceq.JobRow, op string) {
 	m.staleWrites.WithLabelValues(op).Inc()
 }
 
-// HeartbeatFailed implements fenceq.Observer.
-func (m *Metrics) HeartbeatFailed(error) { m.heartbeatFailures.Inc() }
+// HeartbeatFailed implements fenceq.HeartbeatFailedHook.
+func (m *Metrics) HeartbeatFailed(context.Context, error) { m.heartbeatFailures.Inc() }
 
-// PeriodicEnqueued implements fenceq.Observer.
-func (m *Metrics) PeriodicEnqueued(name string, n int) {
+// PeriodicEnqueued implements fenceq.PeriodicEnqueuedHook.
+func (m *Metrics) PeriodicEnqueued(_ context.Context, name string, n int) {
 	m.periodicEnqueued.WithLabelValues(name).Add(float64(n))
 }
 

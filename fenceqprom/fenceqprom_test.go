@@ -55,20 +55,23 @@ func newMetrics(t *testing.T) (*fenceqprom.Metrics, *prometheus.Registry) {
 	return m, reg
 }
 
-func TestObserverCounts(t *testing.T) {
+func TestHookCounts(t *testing.T) {
 	t.Parallel()
 	m, reg := newMetrics(t)
+	ctx := context.Background()
 	l := fenceq.Lease{JobID: 1, Gen: 2, Holder: "w1"}
-	m.JobClaimed("billing", "invoice")
-	m.JobClaimed("billing", "invoice")
-	m.JobFinished("billing", "invoice", fenceq.OutcomeCompleted, 1500*time.Millisecond)
-	m.JobFinished("billing", "invoice", fenceq.OutcomeLeaseLost, 3*time.Second)
-	m.LeaseRevoked(queue.Revocation{Lease: l, Queue: "billing", Kind: "invoice", HolderAlive: true})
-	m.LeaseRevoked(queue.Revocation{Lease: l, Queue: "billing", Kind: "invoice"})
-	m.LeaseLost(l, false)
-	m.LeaseLost(l, true)
-	m.StaleWriteRejected("commit", l)
-	m.HeartbeatFailed(errors.New("boom"))
+	job := &fenceq.JobRow{ID: 1, LeaseGen: 2, Queue: "billing", Kind: "invoice"}
+	m.JobStarted(ctx, job)
+	m.JobStarted(ctx, job)
+	m.JobFinished(ctx, job, fenceq.AttemptResult{Outcome: fenceq.OutcomeCompleted, Duration: 1500 * time.Millisecond})
+	m.JobFinished(ctx, job, fenceq.AttemptResult{Outcome: fenceq.OutcomeLeaseLost, Err: fenceq.ErrLeaseLost, Duration: 3 * time.Second})
+	m.LeaseRevoked(ctx, queue.Revocation{Lease: l, Queue: "billing", Kind: "invoice", HolderAlive: true})
+	m.LeaseRevoked(ctx, queue.Revocation{Lease: l, Queue: "billing", Kind: "invoice"})
+	m.LeaseLost(ctx, job, false)
+	m.LeaseLost(ctx, job, true)
+	m.StaleWriteRejected(ctx, job, "commit")
+	m.HeartbeatFailed(ctx, errors.New("boom"))
+	m.PeriodicEnqueued(ctx, "nightly", 2)
 	var im interface {
 		Replay(string)
 		Conflict(string)
@@ -129,7 +132,7 @@ func TestNewRegistration(t *testing.T) {
 	if _, err := fenceqprom.New(reg); err == nil || !strings.Contains(err.Error(), "fenceq_jobs_claimed_total") {
 		t.Fatalf("second New: %v, want an error naming fenceq_jobs_claimed_total", err)
 	}
-	m.JobClaimed("q", "k")
+	m.JobStarted(context.Background(), &fenceq.JobRow{Queue: "q", Kind: "k"})
 	wantLines(t, scrape(t, reg), `fenceq_jobs_claimed_total{kind="k",queue="q"} 1`)
 	if _, err := fenceqprom.New(nil); err == nil || !strings.Contains(err.Error(), "registerer is nil") {
 		t.Fatalf("New(nil): %v", err)
@@ -153,7 +156,7 @@ func TestObserverWithWorker(t *testing.T) {
 	m, reg := newMetrics(t)
 	hs := fenceq.NewHandlers()
 	fenceq.AddHandler(hs, func(context.Context, *fenceq.Job[noopArgs]) error { return nil }, nil)
-	if _, err := fenceqtest.Work(ctx, t, db.Pool, fenceq.Config{Handlers: hs, Observer: m, Logger: fenceqtest.QuietLogger()},
+	if _, err := fenceqtest.Work(ctx, t, db.Pool, fenceq.Config{Handlers: hs, Hooks: []fenceq.Hook{m}, Logger: fenceqtest.QuietLogger()},
 		noopArgs{}, nil); err != nil {
 		t.Fatal(err)
 	}

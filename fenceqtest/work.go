@@ -45,7 +45,7 @@ func Work(ctx context.Context, t testing.TB, pool *pgxpool.Pool, cfg fenceq.Conf
 // lease is heartbeated while the handler runs, its context is cancelled as a worker's
 // would be), and writes the outcome with the worker's own fenced writes: completion
 // (unless the handler's Commit completed it), failure with the configured backoff
-// (discarded after the last attempt), snooze, cancel or discard. cfg.Observer and
+// (discarded after the last attempt), snooze, cancel or discard. cfg.Hooks and
 // cfg.Logger receive what they would from a worker; cfg.Queues is not consulted.
 //
 // It returns the job's row after the outcome was written, and the error the handler

@@ -32,7 +32,7 @@ func setupWork(t *testing.T) *workBundle {
 }
 
 func (b *workBundle) config() fenceq.Config {
-	return fenceq.Config{Handlers: b.hs, ID: "test-worker", Logger: fenceqtest.QuietLogger(), Observer: b.obs,
+	return fenceq.Config{Handlers: b.hs, ID: "test-worker", Logger: fenceqtest.QuietLogger(), Hooks: []fenceq.Hook{b.obs},
 		Backoff: fenceq.Backoff{Base: time.Hour, Max: 2 * time.Hour, Jitter: 0.01}}
 }
 
@@ -45,28 +45,28 @@ func (b *workBundle) count(t *testing.T, sql string, args ...any) int {
 	return n
 }
 
-// recordingObserver keeps the outcomes and rejected writes the worker reports.
+// recordingObserver is a hook that keeps the outcomes and rejected writes the worker
+// reports.
 type recordingObserver struct {
-	fenceq.NopObserver
 	mu       sync.Mutex
 	claimed  int
 	outcomes []fenceq.Outcome
 	stale    []string
 }
 
-func (o *recordingObserver) JobClaimed(string, string) {
+func (o *recordingObserver) JobStarted(context.Context, *fenceq.JobRow) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.claimed++
 }
 
-func (o *recordingObserver) JobFinished(_, _ string, outcome fenceq.Outcome, _ time.Duration) {
+func (o *recordingObserver) JobFinished(_ context.Context, _ *fenceq.JobRow, res fenceq.AttemptResult) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.outcomes = append(o.outcomes, outcome)
+	o.outcomes = append(o.outcomes, res.Outcome)
 }
 
-func (o *recordingObserver) StaleWriteRejected(op string, _ fenceq.Lease) {
+func (o *recordingObserver) StaleWriteRejected(_ context.Context, _ *fenceq.JobRow, op string) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.stale = append(o.stale, op)

@@ -81,8 +81,13 @@ func TestUpDownUpRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	rep, err = migrations.Status(ctx, db.Pool)
-	if err != nil || rep.Version != migrations.Latest()-1 {
-		t.Fatalf("after down 1: version %d %v, want %d", rep.Version, err, migrations.Latest()-1)
+	// Versions need not be contiguous (numbers are assigned to work in progress): one
+	// step down goes to the version before the latest that exists.
+	if err != nil || len(rep.Migrations) < 2 {
+		t.Fatalf("after down 1: %+v %v", rep, err)
+	}
+	if prev := rep.Migrations[len(rep.Migrations)-2].Version; rep.Version != prev {
+		t.Fatalf("after down 1: version %d, want %d", rep.Version, prev)
 	}
 }
 

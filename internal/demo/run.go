@@ -267,7 +267,7 @@ func (r *demoRun) startWorkers(ctx context.Context, mailer email.Mailer) ([]*fen
 			Queues: map[string]fenceq.QueueConfig{invoice.Queue: {MaxWorkers: billingSlots},
 				outbox.Queue: {MaxWorkers: outboxSlots}},
 			LeaseDuration: r.cfg.Lease, HeartbeatInterval: r.heartbeat(), ReaperInterval: r.reaper(),
-			PollInterval: 200 * time.Millisecond, Logger: r.log, Observer: r.m.Core,
+			PollInterval: 200 * time.Millisecond, Logger: r.log, Hooks: []fenceq.Hook{r.m.Core},
 		})
 		if err != nil {
 			return workers, taxes, fmt.Errorf("demo: %s: %w", id, err)

@@ -9,7 +9,7 @@ import (
 )
 
 // Metrics are the Prometheus metrics of a worker running the built-in kinds: the
-// mechanism's (Core, the worker's Config.Observer, with the outbox relay's and the
+// mechanism's (Core, a worker hook for Config.Hooks, with the outbox relay's and the
 // idempotency mechanism's counters) and the business counters of invoices and orders.
 type Metrics struct {
 	// Core is the worker's observer; Core.Outbox() goes in Deps.OutboxMetrics.

@@ -71,7 +71,7 @@ func (m *PrometheusMetrics) InvoiceCreated() { m.created.Inc() }
 // DuplicatePrevented counts a job that found its invoice already written.
 func (m *PrometheusMetrics) DuplicatePrevented(how string) { m.duplicates.WithLabelValues(how).Inc() }
 
-// StaleWriteRejected counts nothing: the worker's Observer (fenceqprom) already counts
+// StaleWriteRejected counts nothing: the worker's hooks (fenceqprom) already count
 // the rejected commit in fenceq_stale_writes_rejected_total{op="commit"}.
 func (m *PrometheusMetrics) StaleWriteRejected() {}
 
