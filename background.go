@@ -30,6 +30,9 @@ func (w *Worker) heartbeatOnce(ctx context.Context) {
 	execs := make(map[leaseKey]*execution, len(w.execs))
 	leases := make([]Lease, 0, len(w.execs))
 	for k, e := range w.execs {
+		if e.lostReported {
+			continue // a heartbeat found it lost already: its handler is stopping
+		}
 		execs[k] = e
 		leases = append(leases, e.lease)
 	}
@@ -53,6 +56,11 @@ func (w *Worker) heartbeatOnce(ctx context.Context) {
 		execs[keyOf(l)].extend(sent)
 	}
 	if len(res.Lost) > 0 {
+		w.mu.Lock()
+		for _, l := range res.Lost {
+			execs[keyOf(l)].lostReported = true
+		}
+		w.mu.Unlock()
 		for _, l := range res.Lost {
 			e := execs[keyOf(l)]
 			// The job stops at once; the hooks are told below, once the lost lease is

@@ -34,6 +34,9 @@ type execution struct {
 	released  bool // Stop released the lease; write nothing more
 	finished  bool
 	slotFree  bool // the queue slot was given back before finish (see freeSlot)
+	// lostReported is set, under Worker.mu, once a heartbeat found the lease lost:
+	// later heartbeats leave it out, so the loss is recorded and told once.
+	lostReported bool
 	// completing: the handler succeeded and its completion is being queued for the
 	// completer; Stop leaves it to the completer instead of releasing the lease.
 	completing bool

@@ -189,6 +189,9 @@ func TestHooksFire(t *testing.T) {
 		close(release)
 		evs := waitEvents(t, rec, stall, 4)
 		want := []string{"started", "lost", "stale", "finished"}
+		if len(evs) != len(want) {
+			t.Fatalf("events %+v, want %v", evs, want)
+		}
 		for i, e := range evs {
 			if e.what != want[i] || e.jobID != stall || e.gen != 1 {
 				t.Fatalf("event %d: %+v, want %s of job %d at gen 1 (all: %+v)", i, e, want[i], stall, evs)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fenceq/fenceq"
 	"github.com/fenceq/fenceq/outbox"
 	"github.com/fenceq/fenceq/queue"
 )
@@ -175,5 +176,70 @@ func TestRetryOutboxRow(t *testing.T) {
 	}
 	if o.State != outbox.StatePending || o.DeliveryJobID == nil || *o.DeliveryJobID == res.DeliveryJobID {
 		t.Fatalf("after retry: %s, delivery job %v (was %d)", o.State, o.DeliveryJobID, res.DeliveryJobID)
+	}
+}
+
+// addSchedule defines a schedule as the CLI would.
+func (b *testBundle) addSchedule(t *testing.T, name string) {
+	t.Helper()
+	if _, err := fenceq.AddPeriodic(b.ctx, b.db.Pool, queue.PeriodicParams{Name: name, Spec: "@every 1h", Kind: "report",
+		Source: queue.SourceCLI}); err != nil {
+		t.Fatalf("add schedule %s: %v", name, err)
+	}
+}
+
+func (b *testBundle) schedulePaused(t *testing.T, name string) bool {
+	t.Helper()
+	s, err := fenceq.GetPeriodic(b.ctx, b.db.Pool, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.Paused
+}
+
+// The periodic page lists a schedule with its slots; pause asks first, then pauses it
+// for every worker; resume resumes; trigger asks, then enqueues one job outside the slots.
+func TestPeriodicPauseResumeTrigger(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.addSchedule(t, "nightly-report")
+	mustContain(t, "periodic page", b.page(t, "/periodic"), "nightly-report", "@every 1h", "report", "Pause…", "Run now…")
+
+	r := b.act(t, "/periodic", "/periodic/nightly-report/pause")
+	mustContain(t, "confirmation", r.body, "Pause schedule nightly-report?")
+	if b.schedulePaused(t, "nightly-report") {
+		t.Fatal("the confirmation step paused the schedule")
+	}
+	r = b.act(t, "/periodic", "/periodic/nightly-report/pause", "confirm", "yes")
+	wantRedirect(t, "pause", r, "../../periodic?flash=periodic-paused")
+	if !b.schedulePaused(t, "nightly-report") {
+		t.Fatal("the schedule is not paused")
+	}
+	mustContain(t, "periodic page", b.page(t, "/periodic?flash=periodic-paused"), "Schedule paused", ">Resume</button>")
+	r = b.act(t, "/periodic", "/periodic/nightly-report/resume")
+	wantRedirect(t, "resume", r, "../../periodic?flash=periodic-resumed")
+	if b.schedulePaused(t, "nightly-report") {
+		t.Fatal("the schedule is still paused")
+	}
+
+	r = b.act(t, "/periodic", "/periodic/nightly-report/trigger")
+	mustContain(t, "trigger confirmation", r.body, "Run schedule nightly-report now?")
+	var jobs int
+	if err := b.db.Pool.QueryRow(b.ctx, `SELECT count(*) FROM fenceq_jobs WHERE kind = 'report'`).Scan(&jobs); err != nil || jobs != 0 {
+		t.Fatalf("jobs after the confirmation step: %d %v", jobs, err)
+	}
+	r = b.act(t, "/periodic", "/periodic/nightly-report/trigger", "confirm", "yes")
+	var id int64
+	if err := b.db.Pool.QueryRow(b.ctx, `SELECT id FROM fenceq_jobs WHERE kind = 'report'
+		AND metadata->'periodic'->>'triggered' = 'true'`).Scan(&id); err != nil {
+		t.Fatalf("the triggered job: %v", err)
+	}
+	wantRedirect(t, "trigger", r, fmt.Sprintf("../../jobs/%d?flash=periodic-triggered", id))
+
+	if r := b.act(t, "/periodic", "/periodic/no-such/pause", "confirm", "yes"); r.status != http.StatusNotFound {
+		t.Fatalf("pause of an unknown schedule: %d, want 404", r.status)
+	}
+	if r := b.act(t, "/periodic", "/periodic/bad%20name/trigger", "confirm", "yes"); r.status != http.StatusBadRequest {
+		t.Fatalf("trigger of an invalid name: %d, want 400", r.status)
 	}
 }

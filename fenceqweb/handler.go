@@ -83,6 +83,7 @@ func sections() []section {
 		workersSection(),
 		outboxSection(),
 		idempotencySection(),
+		periodicSection(),
 	}
 }
 

@@ -73,6 +73,10 @@ var flashes = map[string]string{
 	"paused":         "Queue paused: workers claim nothing from it; running jobs continue.",
 	"resumed":        "Queue resumed.",
 	"outbox-retried": "Outbox row retried: it is pending with a new delivery job.",
+
+	"periodic-paused":    "Schedule paused: no worker enqueues its slots until it is resumed.",
+	"periodic-resumed":   "Schedule resumed: it goes on at its next slot.",
+	"periodic-triggered": "Schedule triggered: this job was enqueued now, outside its slots.",
 }
 
 // templates holds one template set per page file, each with the layout.

@@ -159,20 +159,22 @@ func TestReadOnlyHidesFormsAndRefusesPosts(t *testing.T) {
 	b := setup(t, func(c *Config) { c.ReadOnly = true })
 	b.insert(t, queue.InsertParams{Kind: "long", Queue: "billing"})
 	c := b.claim(t, "billing", "w", time.Minute)
-	for _, p := range []string{"/", fmt.Sprintf("/jobs/%d", c.ID), "/queues", "/outbox?state=all"} {
+	b.addSchedule(t, "nightly")
+	for _, p := range []string{"/", fmt.Sprintf("/jobs/%d", c.ID), "/queues", "/outbox?state=all", "/periodic"} {
 		body := b.page(t, p)
 		mustNotContain(t, p, body, `method="post"`, csrfField)
 		mustContain(t, p, body, "read-only")
 	}
 	// Even a well-formed post (a token from a writable dashboard on the same secret) is refused.
 	for _, action := range []string{fmt.Sprintf("/jobs/%d/cancel", c.ID), fmt.Sprintf("/jobs/%d/requeue", c.ID),
-		"/queues/billing/pause", "/outbox/1/retry"} {
+		"/queues/billing/pause", "/outbox/1/retry", "/periodic/nightly/pause", "/periodic/nightly/trigger"} {
 		r := b.post(t, action, url.Values{csrfField: {b.h.csrf.token(strings.Repeat("A", 43))}, "confirm": {"yes"}})
 		if r.status != http.StatusForbidden || !strings.Contains(r.body, "read-only") {
 			t.Errorf("POST %s in read-only mode: %d", action, r.status)
 		}
 	}
-	if j := b.job(t, c.ID); j.State != queue.StateRunning || j.LeaseGen != c.LeaseGen || b.queuePaused(t, "billing") {
+	if j := b.job(t, c.ID); j.State != queue.StateRunning || j.LeaseGen != c.LeaseGen || b.queuePaused(t, "billing") ||
+		b.schedulePaused(t, "nightly") {
 		t.Fatalf("read-only posts changed something: job %s gen %d", j.State, j.LeaseGen)
 	}
 }
