@@ -111,6 +111,18 @@ func TestHostileValuesAreEscaped(t *testing.T) {
 	if err := queue.RecordStaleWrite(b.ctx, b.db.Pool, queue.Lease{JobID: j.ID, Gen: 1, Holder: hostileWorker}, script); err != nil {
 		t.Fatal(err)
 	}
+	// A completed job whose handler recorded hostile output.
+	done := b.insert(t, queue.InsertParams{Kind: "hostile-output", Queue: "out"})
+	dc := b.claim(t, "out", "w", time.Minute)
+	if dc.ID != done.ID {
+		t.Fatalf("claimed %d, want %d", dc.ID, done.ID)
+	}
+	if err := queue.CompleteWithOutput(b.ctx, b.db.Pool, queue.LeaseOf(dc), []byte(fmt.Sprintf(`{"html": %q}`, script))); err != nil {
+		t.Fatal(err)
+	}
+	outPage := b.page(t, fmt.Sprintf("/jobs/%d", done.ID))
+	mustContain(t, "output", outPage, "Recorded output", "&lt;script&gt;alert(", "&lt;/script&gt;")
+	mustNotContain(t, "output", outPage, "<script>alert")
 	for _, p := range []string{"/", "/jobs", fmt.Sprintf("/jobs/%d", j.ID), "/jobs?q=" + url.QueryEscape(script),
 		"/idempotency?scope=s&key=" + url.QueryEscape(script)} {
 		body := b.page(t, p)
