@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -25,19 +26,44 @@ type ListParams struct {
 	State State
 	Queue string
 	Kind  string
+	// Tag keeps the jobs carrying this tag.
+	Tag string
+	// UnknownKinds keeps the jobs waiting to run (available, scheduled, retryable) that
+	// no live worker can run: none of the workers serving the job's queue that
+	// heartbeated within LiveWithin has a handler for its kind.
+	UnknownKinds bool
+	// LiveWithin is how recent a worker's heartbeat must be for UnknownKinds to count it.
+	// Defaults to DefaultLiveWithin.
+	LiveWithin time.Duration
 	// Limit defaults to 100.
 	Limit int
 }
+
+// DefaultLiveWithin is the default of ListParams.LiveWithin: a few heartbeat intervals of
+// a worker with the default lease.
+const DefaultLiveWithin = 2 * time.Minute
 
 // ListJobs returns the newest jobs matching the filter.
 func ListJobs(ctx context.Context, db DBTX, p ListParams) ([]*JobRow, error) {
 	if p.State != "" && !p.State.Valid() {
 		return nil, invalid("state", "%q is not a job state (want one of %v)", p.State, jobStates)
 	}
+	if p.Tag != "" {
+		if err := ValidateName("tag", p.Tag, MaxTagLen); err != nil {
+			return nil, err
+		}
+	}
+	if p.LiveWithin < 0 {
+		return nil, invalid("live_within", "%s is negative", p.LiveWithin)
+	}
+	if p.LiveWithin == 0 {
+		p.LiveWithin = DefaultLiveWithin
+	}
 	if p.Limit <= 0 {
 		p.Limit = 100
 	}
-	rows, err := db.Query(ctx, sqlListJobs, string(p.State), p.Queue, p.Kind, p.Limit)
+	sql, args := listJobsSQL(p)
+	rows, err := db.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list jobs: %w", err)
 	}
@@ -54,6 +80,16 @@ func adminWrite(ctx context.Context, db DBTX, op string, id int64, sql string, a
 	j, err := scanJob(db.QueryRow(ctx, sql, append([]any{id}, args...)...))
 	if err == nil {
 		return j, nil
+	}
+	if IsUniqueViolation(err, uniqueIndex) {
+		// Back in an unfinished state, the job would hold its unique key again, but
+		// another job holds it now.
+		cur, gerr := GetJob(ctx, db, id)
+		if gerr != nil {
+			return nil, fmt.Errorf("%s: %w", op, gerr)
+		}
+		return nil, fmt.Errorf("%s job %d: it is %s and another job now holds its unique key %q: %w",
+			op, id, cur.State, derefString(cur.UniqueKey), ErrWrongState)
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("%s job %d: %w", op, id, err)
@@ -129,4 +165,11 @@ func ListQueues(ctx context.Context, db DBTX) ([]QueueInfo, error) {
 		return nil, fmt.Errorf("list queues: %w", err)
 	}
 	return out, nil
+}
+
+func derefString(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }

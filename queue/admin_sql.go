@@ -2,12 +2,40 @@ package queue
 
 // SQL for operator actions on fenceq_jobs and fenceq_queues.
 
+import "fmt"
+
 const sqlGetJob = `SELECT ` + jobColumns + ` FROM fenceq_jobs WHERE id = $1`
 
-var sqlListJobs = `
-SELECT ` + jobColumns + ` FROM fenceq_jobs
-WHERE ($1::text = '' OR state = $1) AND ($2::text = '' OR queue = $2) AND ($3::text = '' OR kind = $3)
-ORDER BY id DESC LIMIT $4`
+// uniqueIndex is the unique index on unique_key (migration 000012).
+const uniqueIndex = "fenceq_jobs_unique_key_idx"
+
+// listJobsSQL is ListJobs' statement and its arguments: $1 state, $2 queue, $3 kind, $4
+// limit, then the tag and the worker freshness (µs) when their filters are asked for.
+// Those are added only then, so that the tag filter can use fenceq_jobs_tags_idx (whose
+// predicate, tags <> '{}', it repeats) and an unfiltered list stays a walk of the primary
+// key.
+func listJobsSQL(p ListParams) (string, []any) {
+	args := []any{customPlan, string(p.State), p.Queue, p.Kind, p.Limit}
+	q := `
+SELECT ` + jobColumns + ` FROM fenceq_jobs j
+WHERE ($1::text = '' OR state = $1) AND ($2::text = '' OR queue = $2) AND ($3::text = '' OR kind = $3)`
+	if p.Tag != "" {
+		args = append(args, p.Tag)
+		q += fmt.Sprintf(`
+  AND tags @> ARRAY[$%d::text] AND tags <> '{}'`, len(args)-1)
+	}
+	if p.UnknownKinds {
+		args = append(args, micros(p.LiveWithin))
+		q += `
+  AND state IN ` + sqlWaiting + fmt.Sprintf(`
+  AND NOT EXISTS (
+      SELECT 1 FROM fenceq_workers w
+      WHERE w.heartbeat_at > now() - $%d::bigint * interval '1 microsecond'
+        AND j.queue = ANY(w.queues) AND j.kind = ANY(w.kinds))`, len(args)-1)
+	}
+	return q + `
+ORDER BY id DESC LIMIT $4`, args
+}
 
 // sqlRetryJob makes a finished, retryable or scheduled job available now, with at least
 // one attempt left. A running job must be requeued instead.
