@@ -36,4 +36,3 @@ func (e *execution) nextRetry() (at time.Time, err error) {
 	}()
 	return e.handler.opts.NextRetry(e.row), nil
 }
-

@@ -74,6 +74,20 @@ func ListJobs(ctx context.Context, db DBTX, p ListParams) ([]*JobRow, error) {
 	return jobs, nil
 }
 
+// CountUnknownKinds counts the jobs ListParams.UnknownKinds lists: waiting jobs that no
+// worker serving their queue and heartbeating within liveWithin (0: DefaultLiveWithin)
+// has a handler for.
+func CountUnknownKinds(ctx context.Context, db DBTX, liveWithin time.Duration) (int64, error) {
+	if liveWithin <= 0 {
+		liveWithin = DefaultLiveWithin
+	}
+	var n int64
+	if err := db.QueryRow(ctx, sqlCountUnknownKinds, micros(liveWithin)).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count jobs of unknown kinds: %w", err)
+	}
+	return n, nil
+}
+
 // adminWrite runs an operator statement on one job and explains a miss: ErrNotFound for an
 // unknown id, ErrWrongState when the job exists but the action does not apply.
 func adminWrite(ctx context.Context, db DBTX, op string, id int64, sql string, args ...any) (*JobRow, error) {

@@ -27,11 +27,7 @@ WHERE ($1::text = '' OR state = $1) AND ($2::text = '' OR queue = $2) AND ($3::t
 	if p.UnknownKinds {
 		args = append(args, micros(p.LiveWithin))
 		q += `
-  AND state IN ` + sqlWaiting + fmt.Sprintf(`
-  AND NOT EXISTS (
-      SELECT 1 FROM fenceq_workers w
-      WHERE w.heartbeat_at > now() - $%d::bigint * interval '1 microsecond'
-        AND j.queue = ANY(w.queues) AND j.kind = ANY(w.kinds))`, len(args)-1)
+  AND ` + unknownKind(fmt.Sprintf("$%d", len(args)-1))
 	}
 	return q + `
 ORDER BY id DESC LIMIT $4`, args
@@ -80,6 +76,18 @@ ev AS (
     INSERT INTO fenceq_lease_events (job_id, lease_gen, worker_id, kind, detail)
     SELECT cid, cgen, cby, ` + sqlEventRevoked + `, ` + sqlLit(detailRequeuedByAdmin) + ` FROM cur WHERE cstate = ` + sqlRunning + `)
 SELECT ` + jobColumns + ` FROM upd`
+
+// unknownKind is the predicate of a job j waiting to run that no worker serving its
+// queue and heartbeating within freshness (µs, an SQL expression) has a handler for.
+func unknownKind(freshness string) string {
+	return `j.state IN ` + sqlWaiting + `
+  AND NOT EXISTS (
+      SELECT 1 FROM fenceq_workers w
+      WHERE w.heartbeat_at > now() - ` + freshness + `::bigint * interval '1 microsecond'
+        AND j.queue = ANY(w.queues) AND j.kind = ANY(w.kinds))`
+}
+
+var sqlCountUnknownKinds = `SELECT count(*) FROM fenceq_jobs j WHERE ` + unknownKind("$1")
 
 const sqlSetQueuePaused = `
 INSERT INTO fenceq_queues (name, paused, paused_at, updated_at)
