@@ -3,6 +3,7 @@ package fenceq
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/fenceq/fenceq/queue"
@@ -102,7 +103,9 @@ func (w *Worker) runCompleter() {
 		case e := <-w.complete:
 			batch = append(batch[:0], e)
 		case <-w.completeDone:
-			// Stop closes completeDone only after every execution finished, so nothing waits.
+			// Stop closes completeDone once no handler can queue a completion any more:
+			// every execution finished, or ShutdownGrace passed after the rest were
+			// released (a released execution queues nothing).
 			return
 		}
 	fill:
@@ -257,4 +260,107 @@ func (w *Worker) pruneOnce(ctx context.Context) {
 	if _, err := queue.DeleteStaleWorkers(pctx, w.pool, w.cfg.StaleWorkerAge); err != nil {
 		w.log.Warn("stale worker cleanup failed", "err", err)
 	}
+}
+
+// runPeriodic runs a scheduling pass every PeriodicInterval, and earlier when a slot
+// falls due sooner. The wait is computed from the database's time the pass read and
+// slept on the monotonic clock: no decision uses the worker's wall clock.
+func (w *Worker) runPeriodic(ctx context.Context) {
+	defer w.bgWG.Done()
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		wait, err := w.periodicPass(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			w.log.Warn("periodic scheduling pass failed; trying again", "in", w.cfg.PeriodicInterval, "err", err)
+			wait = w.cfg.PeriodicInterval
+		}
+		t.Reset(min(max(wait, minPeriodicWait), w.cfg.PeriodicInterval))
+	}
+}
+
+// minPeriodicWait keeps a pass that found a slot due in a moment from spinning; a
+// slot woken for is due by the time the next pass reads the database's clock, or this
+// much later.
+const minPeriodicWait = 2 * time.Millisecond
+
+// periodicPass runs one scheduling pass (see planPass) in one transaction and returns
+// how long until the next slot of any schedule is due.
+func (w *Worker) periodicPass(ctx context.Context) (time.Duration, error) {
+	// The lock may be held by a pass whose worker paused; the server disconnects such
+	// a session after PeriodicGrace/2 idle in its transaction.
+	pctx, cancel := context.WithTimeout(ctx, w.cfg.PeriodicGrace+w.cfg.WriteTimeout)
+	defer cancel()
+	tx, err := w.pool.Begin(pctx)
+	if err != nil {
+		return 0, fmt.Errorf("begin: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	hb, err := queue.LockPeriodicClock(pctx, tx, w.cfg.PeriodicGrace/2)
+	if err != nil {
+		return 0, err
+	}
+	now, due, err := queue.ReadDuePeriodic(pctx, tx)
+	if err != nil {
+		return 0, err
+	}
+	plan := planPass(now, hb, w.periodicSince, w.cfg.PeriodicGrace, due, w.schedules.parse)
+	enqueued := make(map[string]int, len(plan.enqueues))
+	for _, e := range plan.enqueues {
+		matched, n, err := queue.EnqueuePeriodic(pctx, tx, e)
+		if err != nil {
+			return 0, err
+		}
+		if !matched {
+			// Removed, paused or redefined since it was read: the next pass reads it again.
+			w.log.Debug("periodic schedule changed during the pass; nothing enqueued", "name", e.Name)
+			continue
+		}
+		enqueued[e.Name] += int(n)
+	}
+	for _, j := range plan.onStart {
+		ok, err := queue.EnqueueOnStart(pctx, tx, j.name, []byte(j.meta))
+		if err != nil {
+			return 0, err
+		}
+		if ok {
+			enqueued[j.name]++
+		}
+	}
+	if err := queue.TouchPeriodicClock(pctx, tx, now); err != nil {
+		return 0, err
+	}
+	if err := tx.Commit(pctx); err != nil {
+		return 0, fmt.Errorf("commit: %w", err)
+	}
+	for name, n := range enqueued {
+		if n > 0 {
+			w.obs.PeriodicEnqueued(name, n)
+		}
+	}
+	for name, err := range plan.broken {
+		w.log.Error("periodic schedule cannot be parsed; it enqueues nothing", "name", name, "err", err)
+	}
+	for name, p := range plan.passedOver {
+		msg := "periodic slots fell due while every worker was down; passed over by the schedule's missed policy"
+		if p.capped {
+			msg = "periodic slots past the catch-up bound; passed over by the schedule's missed policy"
+		}
+		w.log.Warn(msg, "name", name, "newest", p.newest, "grace", w.cfg.PeriodicGrace)
+	}
+	if hb == nil || now.Sub(*hb) > w.cfg.PeriodicGrace {
+		w.log.Info("periodic scheduling resumed after every worker was down", "last_pass", hb)
+	}
+	if plan.nextDue.IsZero() {
+		return w.cfg.PeriodicInterval, nil
+	}
+	return plan.nextDue.Sub(now), nil
 }

@@ -76,6 +76,23 @@ type Config struct {
 	// DisableListen turns off LISTEN/NOTIFY wake-ups (e.g. behind PgBouncer in transaction
 	// mode); queues are then only polled.
 	DisableListen bool
+	// Periodic are the schedules this worker defines in code. Start upserts them into
+	// fenceq_periodic, replacing their definitions and keeping their paused state and
+	// last slot. Every worker whose periodic scheduling is on enqueues every schedule in
+	// that table, whichever worker (or operator) defined it. Defaults to none.
+	Periodic []*PeriodicJob
+	// PeriodicInterval is how often the worker runs a scheduling pass; it also wakes
+	// when the next slot of any schedule falls due. Defaults to 1s.
+	PeriodicInterval time.Duration
+	// PeriodicGrace: a slot that fell due within this long after the last completed
+	// pass of any worker is caught up (every slot, none skipped); a later one fell due
+	// while every worker was down and follows its schedule's MissedPolicy. It also
+	// bounds (half of it) how long a pass paused mid-transaction can hold up the others.
+	// Defaults to 10s; must be longer than PeriodicInterval.
+	PeriodicGrace time.Duration
+	// DisablePeriodic turns this worker's scheduling passes off: it enqueues no
+	// periodic jobs (Periodic is still upserted at Start).
+	DisablePeriodic bool
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// Observer receives counters for metrics. Defaults to a no-op.
@@ -122,6 +139,8 @@ func (c Config) withDefaults() Config {
 	def(&c.StaleWorkerAge, 10*c.LeaseDuration)
 	def(&c.ShutdownGrace, 5*time.Second)
 	def(&c.WriteTimeout, 10*time.Second)
+	def(&c.PeriodicInterval, time.Second)
+	def(&c.PeriodicGrace, 10*time.Second)
 	defInt(&c.ClaimBatchSize, 1000)
 	defInt(&c.CompleteBatchSize, 1000)
 	defInt(&c.ReapBatchSize, 1000)
@@ -158,6 +177,7 @@ func (c Config) validate() error {
 		"WriteTimeout": c.WriteTimeout, "ShutdownGrace": c.ShutdownGrace,
 		// Negative ages would delete every lease event, or the rows of live workers.
 		"LeaseEventRetention": c.LeaseEventRetention, "StaleWorkerAge": c.StaleWorkerAge,
+		"PeriodicInterval": c.PeriodicInterval, "PeriodicGrace": c.PeriodicGrace,
 	}
 	for name, d := range positive {
 		if d <= 0 {
@@ -172,6 +192,13 @@ func (c Config) validate() error {
 		return fmt.Errorf("config: LeaseMargin: %s must be between 0 and LeaseDuration-HeartbeatInterval (%s)",
 			c.LeaseMargin, c.LeaseDuration-c.HeartbeatInterval)
 	}
+	if c.PeriodicGrace <= c.PeriodicInterval {
+		return fmt.Errorf("config: PeriodicGrace: %s must be longer than PeriodicInterval %s",
+			c.PeriodicGrace, c.PeriodicInterval)
+	}
+	if _, err := c.periodicParams(); err != nil {
+		return err
+	}
 	for name, n := range map[string]int{"ClaimBatchSize": c.ClaimBatchSize,
 		"CompleteBatchSize": c.CompleteBatchSize, "ReapBatchSize": c.ReapBatchSize,
 		"PruneBatchSize": c.PruneBatchSize} {
@@ -180,6 +207,27 @@ func (c Config) validate() error {
 		}
 	}
 	return nil
+}
+
+// periodicParams checks Periodic and returns the schedules as stored.
+func (c Config) periodicParams() ([]PeriodicParams, error) {
+	out := make([]PeriodicParams, 0, len(c.Periodic))
+	seen := make(map[string]bool, len(c.Periodic))
+	for i, pj := range c.Periodic {
+		if pj == nil {
+			return nil, fmt.Errorf("config: Periodic[%d]: nil", i)
+		}
+		p, err := pj.Params()
+		if err != nil {
+			return nil, fmt.Errorf("config: Periodic[%d] (%q): %w", i, pj.name, err)
+		}
+		if seen[p.Name] {
+			return nil, fmt.Errorf("config: Periodic[%d]: name %q is defined twice", i, p.Name)
+		}
+		seen[p.Name] = true
+		out = append(out, p)
+	}
+	return out, nil
 }
 
 // Outcome is how one attempt of a job ended, as reported to the Observer.
@@ -206,6 +254,9 @@ type Observer interface {
 	LeaseLost(l Lease, holderAlive bool)
 	StaleWriteRejected(op string, l Lease)
 	HeartbeatFailed(err error)
+	// PeriodicEnqueued: a scheduling pass of this worker committed n jobs of the
+	// periodic schedule name.
+	PeriodicEnqueued(name string, n int)
 }
 
 // NopObserver ignores every event.
@@ -228,5 +279,8 @@ func (NopObserver) StaleWriteRejected(string, Lease) {}
 
 // HeartbeatFailed implements Observer.
 func (NopObserver) HeartbeatFailed(error) {}
+
+// PeriodicEnqueued implements Observer.
+func (NopObserver) PeriodicEnqueued(string, int) {}
 
 var _ Observer = NopObserver{}

@@ -24,12 +24,14 @@
 //			_, err := tx.Exec(ctx, `INSERT INTO invoices …`, …) // results + outbox + completion
 //			return err
 //		})
-//	})
+//	}, nil) // nil: no HandlerOpts
 //	w, err := fenceq.NewWorker(pool, fenceq.Config{Handlers: hs})
 //	…
 //	err = w.Start(ctx)
 //	defer w.Stop(shutdownCtx)
 //	fenceq.Enqueue(ctx, pool, InvoiceArgs{CustomerID: 7, Period: "2026-10"}, nil)
 //
-// See queue/doc.go for the lease state machine and the SQL behind each transition.
+// Package queue (github.com/fenceq/fenceq/queue) documents the lease state machine and
+// the SQL behind each transition; packages outbox and idempotency hold the outbox and the
+// idempotency keys.
 package fenceq

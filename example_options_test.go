@@ -13,15 +13,15 @@ import (
 	"github.com/fenceq/fenceq/queue"
 )
 
-// ReportArgs are the arguments of a report job: one per customer and hour, even once it
+// DigestArgs are the arguments of a digest job: one per customer and hour, even once it
 // ran.
-type ReportArgs struct {
+type DigestArgs struct {
 	CustomerID int64  `json:"customer_id" unique:"true"`
 	Requester  string `json:"requester"` // not part of the uniqueness
 }
 
-// Kind names the handler of ReportArgs jobs.
-func (ReportArgs) Kind() string { return "report" }
+// Kind names the handler of DigestArgs jobs.
+func (DigestArgs) Kind() string { return "digest" }
 
 // Jobs unique by their tagged args, per hour of run_at, and while completed too: a second
 // enqueue returns the first job; a batch skips its duplicates.
@@ -37,19 +37,19 @@ func ExampleUniqueOpts() {
 		ByPeriod: time.Hour, // one per hour of run_at, by the database's clock
 		ByState:  append(fenceq.UnfinishedStates(), fenceq.StateCompleted),
 	}}
-	first, err := fenceq.Enqueue(ctx, pool, ReportArgs{CustomerID: 7, Requester: "ann"}, opts)
+	first, err := fenceq.Enqueue(ctx, pool, DigestArgs{CustomerID: 7, Requester: "ann"}, opts)
 	if err != nil {
 		log.Fatal(err)
 	}
-	again, err := fenceq.Enqueue(ctx, pool, ReportArgs{CustomerID: 7, Requester: "bob"}, opts)
+	again, err := fenceq.Enqueue(ctx, pool, DigestArgs{CustomerID: 7, Requester: "bob"}, opts)
 	if err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println("second enqueue returns the first job:", again.Existing && again.Job.ID == first.Job.ID)
 	n, err := fenceq.EnqueueMany(ctx, pool, []fenceq.EnqueueItem{
-		{Args: ReportArgs{CustomerID: 7}, Opts: opts}, // held by the first job
-		{Args: ReportArgs{CustomerID: 8}, Opts: opts},
-		{Args: ReportArgs{CustomerID: 8}, Opts: opts}, // a duplicate inside the batch
+		{Args: DigestArgs{CustomerID: 7}, Opts: opts}, // held by the first job
+		{Args: DigestArgs{CustomerID: 8}, Opts: opts},
+		{Args: DigestArgs{CustomerID: 8}, Opts: opts}, // a duplicate inside the batch
 	})
 	if err != nil {
 		log.Fatal(err)

@@ -31,17 +31,32 @@ type execution struct {
 	released  bool // Stop released the lease; write nothing more
 	finished  bool
 	slotFree  bool // the queue slot was given back before finish (see freeSlot)
+	// completing: the handler succeeded and its completion is being queued for the
+	// completer; Stop leaves it to the completer instead of releasing the lease.
+	completing bool
 }
 
 func (e *execution) markReleased() bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	// A job whose handler succeeded (slot given back, completion queued) is left to the
+	// A job whose handler succeeded (completion queued or being queued) is left to the
 	// completer: releasing it would throw the finished work away.
-	if e.released || e.finished || e.slotFree {
+	if e.released || e.finished || e.slotFree || e.completing {
 		return false
 	}
 	e.released = true
+	return true
+}
+
+// beginCompletion marks a successful attempt's completion as being queued, unless Stop
+// released the lease first; it reports whether the completion may be queued.
+func (e *execution) beginCompletion() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.released {
+		return false
+	}
+	e.completing = true
 	return true
 }
 
@@ -99,8 +114,9 @@ func (e *execution) commit(ctx context.Context, fn func(ctx context.Context, tx 
 func (w *Worker) startExecution(row *JobRow, sent time.Time) {
 	h := w.cfg.Handlers.m[row.Kind]
 	e := &execution{w: w, row: row, lease: queue.LeaseOf(row), handler: h, start: time.Now()}
-	// Not a child of a worker-wide context: registering every job with one parent took
-	// a lock and a map entry per job; Stop cancels the jobs it has to one by one.
+	// Not a child of a worker-wide context: registering every job with one parent would
+	// take the parent's lock and a map entry per job at start and at finish; Stop
+	// cancels the jobs it has to one by one.
 	e.ctx, e.cancel = context.WithCancelCause(context.Background())
 	e.deadline = time.AfterFunc(time.Until(sent.Add(w.cfg.LeaseDuration-w.cfg.LeaseMargin)), func() {
 		e.cancel(ErrLeaseDeadline)
@@ -174,6 +190,10 @@ func (e *execution) settle(err error, trace string, cause error) {
 		// slow completer holds the slots back), its slot may run the next job while the
 		// completion waits for its batch. The lease stays tracked (and heartbeated) until
 		// finish.
+		if !e.beginCompletion() {
+			e.finish(OutcomeReleased) // Stop released the lease as the handler returned
+			return
+		}
 		w.enqueueCompletion(e)
 		e.freeSlot()
 		return
@@ -275,12 +295,11 @@ func (e *execution) finish(outcome Outcome) {
 
 // freeSlot gives the execution's queue slot back, once, and wakes the queue's claim
 // loop if it waits for a slot. A job whose handler succeeded gives it back as soon as
-// its completion is queued for the next batch, not when the batch is written: with
-// slots held until the write, claims were limited to the slots the last batch freed
-// (bench drain: 328 jobs per claim on average of the 500 allowed, and 760 completion
-// statements per 200k jobs). The slot is given back after the completion is queued, so
-// pending completions stay bounded by the completion channel (CompleteBatchSize) plus
-// the batch being written.
+// its completion is queued for the next batch, not when the batch is written: slots
+// held until the write would limit each claim to the slots the last batch freed, so
+// claims would come back smaller than allowed and completions in more statements. The
+// slot is given back after the completion is queued, so pending completions stay
+// bounded by the completion channel (CompleteBatchSize) plus the batch being written.
 func (e *execution) freeSlot() {
 	w := e.w
 	e.mu.Lock()

@@ -51,6 +51,10 @@ type Worker struct {
 	// rowStale is set when a change of queues could not be recorded; the next heartbeat
 	// writes the row again.
 	rowStale atomic.Bool
+
+	periodic      []PeriodicParams // Config.Periodic, checked
+	periodicSince time.Time        // the database's time at Start: slots after it fell due while this worker ran
+	schedules     scheduleCache    // the periodic goroutine's
 }
 
 // lifecycle is where a Worker is between NewWorker and Stop.
@@ -78,9 +82,8 @@ type queueLoop struct {
 	cursor       *queue.ClaimCursor
 	lookedBehind time.Time
 	// starved is set, under Worker.mu, when the claim loop found no free slot; the next
-	// freed slot wakes it. Freed slots do not wake it otherwise: with a wake-up per
-	// finished job, every job cost an empty claim besides its own (bench latency at
-	// 300 jobs/s: 2.0 claim statements per job).
+	// freed slot wakes it. Freed slots do not wake it otherwise: a wake-up per finished
+	// job would cost every job an empty claim besides its own.
 	starved bool
 	// floor is the last job of a kind this worker has no handler for that a look from
 	// the start of the order found ahead of the jobs it could claim, and checkedFloor
@@ -128,6 +131,10 @@ func NewWorker(pool *pgxpool.Pool, cfg Config) (*Worker, error) {
 		kinds:    cfg.Handlers.Kinds(),
 	}
 	slices.Sort(w.kinds)
+	var err error
+	if w.periodic, err = cfg.periodicParams(); err != nil {
+		return nil, err
+	}
 	for name, q := range cfg.Queues {
 		w.queues[name] = newQueueLoop(name, q.MaxWorkers)
 	}
@@ -164,6 +171,14 @@ func (w *Worker) Start(ctx context.Context) error {
 		w.mu.Unlock()
 		return fmt.Errorf("start worker: %w", err)
 	}
+	var err error
+	if w.periodicSince, err = queue.UpsertPeriodic(ctx, w.pool, w.periodic); err != nil {
+		w.mu.Lock()
+		w.state = stateNew
+		w.mu.Unlock()
+		_ = queue.DeregisterWorker(context.WithoutCancel(ctx), w.pool, w.cfg.ID)
+		return fmt.Errorf("start worker: %w", err)
+	}
 
 	claimCtx, claimCancel := context.WithCancel(context.Background())
 	bgCtx, bgCancel := context.WithCancel(context.Background())
@@ -176,6 +191,10 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.bgWG.Add(2)
 	go w.runHeartbeat(bgCtx)
 	go w.runMaintenance(bgCtx)
+	if !w.cfg.DisablePeriodic {
+		w.bgWG.Add(1)
+		go w.runPeriodic(bgCtx)
+	}
 
 	if !w.cfg.DisableListen {
 		w.claimWG.Add(1)
@@ -358,10 +377,8 @@ func (w *Worker) runQueue(ctx context.Context, ql *queueLoop) {
 // whether it filled the batch it asked for.
 //
 // One claim takes at most half of the queue's slots, so that under load the next claim
-// runs while the completions of the previous batch are being written: with a claim
-// allowed to fill every slot, claiming and completing alternate instead of overlapping
-// (bench drain 200k, 1,000 workers: ~18k jobs/s with whole-queue claims, ~31k with
-// half-queue claims).
+// runs while the completions of the previous batch are being written: a claim allowed
+// to fill every slot would make claiming and completing alternate instead of overlap.
 func (w *Worker) claimOnce(ctx context.Context, ql *queueLoop) bool {
 	w.mu.Lock()
 	maxWorkers := ql.max
@@ -375,11 +392,12 @@ func (w *Worker) claimOnce(ctx context.Context, ql *queueLoop) bool {
 	sent := time.Now()
 	// Under a backlog (the last claim was full), claim after the position where the last
 	// claim ended, so the claim does not walk the dead index entries of the jobs claimed
-	// before it (bench drain with an idle transaction holding the horizon: each claim
-	// from the start re-read them all). Without a backlog, claim after the floor (jobs
-	// of other kinds at the head), if any. Jobs that become available behind the cursor
-	// or the floor are claimed from the start of the order, which happens at least once
-	// per PollInterval and whenever there is neither.
+	// before it: a claim from the start reads every one of them until VACUUM removes
+	// them, and none can be removed while an old transaction holds the horizon. Without
+	// a backlog, claim after the floor (jobs of other kinds at the head), if any. Jobs
+	// that become available behind the cursor or the floor are claimed from the start
+	// of the order, which happens at least once per PollInterval and whenever there is
+	// neither.
 	after := ql.cursor
 	if after == nil {
 		after = ql.floor
@@ -402,9 +420,9 @@ func (w *Worker) claimOnce(ctx context.Context, ql *queueLoop) bool {
 	switch c := queue.CursorAfter(rows); {
 	case len(rows) < limit:
 		// No backlog: the next claim starts from the beginning again. Jobs inserted
-		// concurrently can commit after a later one was claimed, behind the cursor; with
-		// the cursor kept, they waited for the next look behind (bench latency at 1,000
-		// jobs/s: max ~1.3 s, p99 13 ms).
+		// concurrently can commit after a later one was claimed, behind the cursor; a
+		// cursor kept here would leave them waiting for the next look behind (up to
+		// PollInterval).
 		ql.cursor = nil
 	case ql.cursor == nil || ql.cursor.Less(*c):
 		ql.cursor = c

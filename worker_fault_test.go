@@ -74,7 +74,7 @@ func writeResult(ctx context.Context, job *fenceq.Job[resultArgs]) error {
 	})
 }
 
-// Test 1 of the core issue: worker A pauses past its lease (its network goes silent, as
+// Worker A pauses past its lease (its network goes silent, as
 // in a GC pause or SIGSTOP); the reaper revokes the lease; worker B claims a newer
 // generation and commits; A resumes and every write it tries is rejected by the
 // database. The result row exists once, and the mechanism left its traces.

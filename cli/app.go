@@ -14,11 +14,13 @@ import (
 	"strings"
 
 	ucli "github.com/urfave/cli/v2"
+
+	"github.com/fenceq/fenceq/internal/connect"
 )
 
 // DefaultDatabaseURL is the database used when neither --database-url nor DATABASE_URL
 // is given: the local server.
-const DefaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+const DefaultDatabaseURL = connect.DefaultURL
 
 // Exit statuses.
 const (
@@ -30,20 +32,21 @@ const (
 // commands is the one list of fenceq's commands.
 func commands() []*ucli.Command {
 	return []*ucli.Command{
-		migrateCommand(),
+		withReportFlags(migrateCommand()),
 		workerCommand(),
-		enqueueCommand(),
-		jobsCommand(),
-		queuesCommand(),
-		workersCommand(),
-		outboxCommand(),
-		billingCommand(),
+		withReportFlags(enqueueCommand()),
+		withReportFlags(jobsCommand()),
+		withReportFlags(queuesCommand()),
+		withReportFlags(periodicCommand()),
+		withReportFlags(workersCommand()),
+		withReportFlags(outboxCommand()),
+		withReportFlags(billingCommand()),
 		serveCommand(),
-		statsCommand(),
-		verifyCommand(),
-		healthCommand(),
+		withReportFlags(statsCommand()),
+		withReportFlags(verifyCommand()),
+		withReportFlags(healthCommand()),
 		demoCommand(),
-		benchCommand(),
+		withReportFlags(benchCommand()),
 		chaosCommand(),
 	}
 }
@@ -75,7 +78,6 @@ func NewApp(stdout, stderr io.Writer) *ucli.App {
 		}
 		return ucli.ShowAppHelp(c)
 	}
-	addCommonFlags(app.Commands)
 	for _, c := range app.Commands {
 		setUsageErrors(c)
 	}
@@ -165,7 +167,6 @@ func setUsageErrors(c *ucli.Command) {
 	}
 }
 
-// needArgs checks the number of positional arguments.
 // listLimit reads a list command's --limit: at least 1, the most rows it shows.
 func listLimit(c *ucli.Context) (int, error) {
 	n := c.Int("limit")
@@ -175,6 +176,7 @@ func listLimit(c *ucli.Context) (int, error) {
 	return n, nil
 }
 
+// needArgs checks the number of positional arguments.
 func needArgs(c *ucli.Context, min, max int, usage string) error {
 	n := c.Args().Len()
 	if n < min || (max >= 0 && n > max) {

@@ -36,16 +36,10 @@ func billingCommand() *ucli.Command {
 	}
 }
 
-// lastMonth is the default billing period.
-func lastMonth() string {
-	now := time.Now().UTC()
-	return time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC).AddDate(0, -1, 0).Format("2006-01")
-}
-
 func period(c *ucli.Context) (string, error) {
 	p := c.String("period")
 	if p == "" {
-		p = lastMonth()
+		p = invoice.PreviousPeriod(time.Now())
 	}
 	if err := invoice.ValidatePeriod(p); err != nil {
 		return "", usageError{fmt.Errorf("--period: %w", err)}

@@ -2,17 +2,13 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"slices"
-	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	ucli "github.com/urfave/cli/v2"
 
+	"github.com/fenceq/fenceq/internal/connect"
 	"github.com/fenceq/fenceq/internal/redact"
 	"github.com/fenceq/fenceq/jobs/builtin"
 	"github.com/fenceq/fenceq/migrations"
@@ -23,76 +19,42 @@ const (
 	flagJSON        = "json"
 )
 
-// addCommonFlags gives every leaf command --database-url and --json, so they can be
-// written after the command (`fenceq jobs list --json`).
-func addCommonFlags(cmds []*ucli.Command) {
-	for _, c := range cmds {
-		if len(c.Subcommands) > 0 {
-			addCommonFlags(c.Subcommands)
-			continue
+// databaseURLFlag is --database-url: the database a command works on.
+func databaseURLFlag() ucli.Flag {
+	return &ucli.StringFlag{Name: flagDatabaseURL, EnvVars: []string{"DATABASE_URL"}, Value: DefaultDatabaseURL,
+		Usage: "PostgreSQL connection URL; add ?search_path=SCHEMA to use a schema other than public"}
+}
+
+// jsonFlag is --json: a command's report for scripts.
+func jsonFlag() ucli.Flag {
+	return &ucli.BoolFlag{Name: flagJSON, Usage: "print machine-readable JSON instead of tables", DisableDefaultText: true}
+}
+
+// withReportFlags gives every leaf command of cmd --database-url and --json, after its
+// own flags: the flags of the commands that read or change the database and print what
+// they found or did. Commands that print no report (worker, serve) or pick their own
+// database (demo, chaos) list the flags they read themselves.
+func withReportFlags(cmd *ucli.Command) *ucli.Command {
+	if len(cmd.Subcommands) > 0 {
+		for _, sub := range cmd.Subcommands {
+			withReportFlags(sub)
 		}
-		c.Flags = append(c.Flags,
-			&ucli.StringFlag{Name: flagDatabaseURL, EnvVars: []string{"DATABASE_URL"}, Value: DefaultDatabaseURL,
-				Usage: "PostgreSQL connection URL; add ?search_path=SCHEMA to use a schema other than public"},
-			&ucli.BoolFlag{Name: flagJSON, Usage: "print machine-readable JSON instead of tables", DisableDefaultText: true},
-		)
+		return cmd
 	}
+	cmd.Flags = append(cmd.Flags, databaseURLFlag(), jsonFlag())
+	return cmd
 }
 
 // RedactURL hides the password of a connection string, URL or key=value form:
 // postgres://u:secret@host/db becomes postgres://u:xxxxx@host/db.
 func RedactURL(raw string) string { return redact.URL(raw) }
 
-// connectError is the one line printed when the database cannot be reached.
-func connectError(raw string, err error) error {
-	reason := err.Error()
-	var ce *pgconn.ConnectError
-	if errors.As(err, &ce) && ce.Unwrap() != nil {
-		reason = ce.Unwrap().Error()
-	}
-	// pgx joins the errors of each attempt (TLS, then plain) on lines of their own.
-	var parts []string
-	for _, l := range strings.Split(reason, "\n") {
-		if l = strings.TrimSpace(l); l != "" && !slices.Contains(parts, l) {
-			parts = append(parts, l)
-		}
-	}
-	// Never echo the connection string back: it may hold the password.
-	return fmt.Errorf("cannot connect to %s: %s (hint: set --database-url or DATABASE_URL)",
-		RedactURL(raw), strings.Join(parts, "; "))
-}
-
 // dbURL returns the database URL of the command.
 func dbURL(c *ucli.Context) string { return c.String(flagDatabaseURL) }
 
 // openPool connects to the command's database, checking that it answers.
 func openPool(c *ucli.Context, maxConns int32) (*pgxpool.Pool, error) {
-	return openPoolURL(c.Context, dbURL(c), maxConns)
-}
-
-func openPoolURL(ctx context.Context, raw string, maxConns int32) (*pgxpool.Pool, error) {
-	cfg, err := pgxpool.ParseConfig(raw)
-	if err != nil {
-		return nil, fmt.Errorf("invalid database URL %s (hint: postgres://user:password@host:5432/db)", RedactURL(raw))
-	}
-	cfg.MaxConns = maxConns
-	if cfg.ConnConfig.ConnectTimeout == 0 {
-		cfg.ConnConfig.ConnectTimeout = 5 * time.Second
-	}
-	if cfg.ConnConfig.RuntimeParams["application_name"] == "" {
-		cfg.ConnConfig.RuntimeParams["application_name"] = "fenceq"
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return nil, connectError(raw, err)
-	}
-	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if err := pool.Ping(pctx); err != nil {
-		pool.Close()
-		return nil, connectError(raw, err)
-	}
-	return pool, nil
+	return connect.Open(c.Context, dbURL(c), maxConns)
 }
 
 // sqlSetVersion reads a migration set's version table, if it exists: the check runs

@@ -12,6 +12,7 @@ import (
 
 	"github.com/fenceq/fenceq/cli"
 	"github.com/fenceq/fenceq/internal/dbtest"
+	"github.com/fenceq/fenceq/internal/demo"
 	"github.com/fenceq/fenceq/internal/pgcluster"
 )
 
@@ -29,7 +30,7 @@ func TestDemo(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("demo: exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errb.String())
 	}
-	var rep cli.DemoReport
+	var rep demo.Report
 	if err := jsonDecode(out.String(), &rep); err != nil {
 		t.Fatalf("decode report: %v\n%s", err, out.String())
 	}
@@ -86,7 +87,7 @@ func TestDemoErrors(t *testing.T) {
 func TestDemoThrowawayCluster(t *testing.T) {
 	t.Parallel()
 	if _, err := pgcluster.FindBinDir(); err != nil {
-		t.Skip("no PostgreSQL server binaries on this machine")
+		t.Fatalf("%v: install PostgreSQL's server package (apt-get install postgresql; .ci/run does)", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -96,7 +97,7 @@ func TestDemoThrowawayCluster(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("demo: exit %d\nstderr:\n%s", code, errb.String())
 	}
-	var rep cli.DemoReport
+	var rep demo.Report
 	if err := jsonDecode(out.String(), &rep); err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	ucli "github.com/urfave/cli/v2"
 
+	"github.com/fenceq/fenceq/jobs/builtin"
 	"github.com/fenceq/fenceq/queue"
 )
 
@@ -45,19 +46,19 @@ func enqueue(c *ucli.Context) error {
 		return err
 	}
 	kind := c.Args().First()
-	k, known := builtinKinds()[kind]
+	k, known := builtin.LookupKind(kind)
 	// Every mistake in the command line is a usage error (exit 2), found before any
 	// connection is made.
 	if !known && !c.Bool("allow-unknown-kind") {
 		return usageError{fmt.Errorf("unknown kind %q: built-in kinds are %s (or pass --allow-unknown-kind)",
-			kind, strings.Join(kindNames(), ", "))}
+			kind, strings.Join(builtin.KindNames(), ", "))}
 	}
 	raw := []byte(c.String("args"))
 	if err := queue.ValidateArgs(raw, 0); err != nil {
 		return usageError{fmt.Errorf("--args: %w", err)}
 	}
-	if known && k.validate != nil {
-		if err := k.validate(raw); err != nil {
+	if known {
+		if err := k.ValidateArgs(raw); err != nil {
 			return usageError{fmt.Errorf("invalid args for kind %s: %w", kind, err)}
 		}
 	}
@@ -66,8 +67,8 @@ func enqueue(c *ucli.Context) error {
 		UniqueKey:   c.String("unique-key"), RunIn: c.Duration("in"), Tags: c.StringSlice("tag")}
 	if p.Queue == "" {
 		p.Queue = queue.DefaultQueue
-		if known && k.queue != "" {
-			p.Queue = k.queue
+		if known {
+			p.Queue = k.Queue
 		}
 	}
 	if s := c.String("run-at"); s != "" {

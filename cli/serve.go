@@ -3,10 +3,12 @@ package cli
 import (
 	"fmt"
 	"net/http"
+	"slices"
 	"time"
 
 	ucli "github.com/urfave/cli/v2"
 
+	"github.com/fenceq/fenceq/internal/httpserver"
 	"github.com/fenceq/fenceq/internal/metrics"
 )
 
@@ -22,7 +24,7 @@ func serveCommand() *ucli.Command {
 			&ucli.StringFlag{Name: "addr", Value: "127.0.0.1:8080", Usage: "listen address"},
 			&ucli.IntFlag{Name: "max-conns", Value: 10, Usage: "database connections of this process"},
 			&ucli.DurationFlag{Name: "shutdown-timeout", Value: 10 * time.Second, Usage: "how long requests in flight may finish on shutdown"},
-		}, append(businessFlags(), logFlags()...)...),
+		}, slices.Concat(orderFlags(), logFlags(), []ucli.Flag{databaseURLFlag()})...),
 		Action: serve,
 	}
 }
@@ -47,7 +49,7 @@ func serve(c *ucli.Context) error {
 	if err := m.Register(metrics.NewDBCollector(pool, 5*time.Second, log)); err != nil {
 		return err
 	}
-	svc, err := newOrderService(c, builtinDeps{Pool: pool, Logger: log, Metrics: m})
+	svc, err := newOrderService(c, pool, log, m)
 	if err != nil {
 		return err
 	}
@@ -55,7 +57,7 @@ func serve(c *ucli.Context) error {
 	mux.Handle("/", svc.Handler()) // the orders API, and its JSON 404 for unknown paths
 	mux.Handle("GET /metrics", m.Handler())
 	mux.Handle("GET /healthz", healthzHandler(pool))
-	srv, err := startHTTP(c.String("addr"), mux, log, "orders API")
+	srv, err := httpserver.Start(c.String("addr"), mux, log, "orders API")
 	if err != nil {
 		return err
 	}
@@ -63,7 +65,7 @@ func serve(c *ucli.Context) error {
 	case <-c.Context.Done():
 		log.Info("shutting down: finishing requests in flight", "timeout", c.Duration("shutdown-timeout"))
 		return srv.Stop(c.Duration("shutdown-timeout"))
-	case err := <-srv.done:
-		return fmt.Errorf("orders API stopped: %w", err)
+	case <-srv.Done():
+		return fmt.Errorf("orders API stopped: %w", srv.Err())
 	}
 }

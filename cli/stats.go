@@ -17,7 +17,7 @@ import (
 func statsCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:  "stats",
-		Usage: "jobs per queue and state, lease events in the last hour, outbox backlog, workers",
+		Usage: "jobs per queue and state, lease events in the last hour, outbox backlog, workers, periodic schedules",
 		Flags: []ucli.Flag{
 			&ucli.DurationFlag{Name: "window", Value: time.Hour, Usage: "count lease events over this window"},
 		},
@@ -35,6 +35,7 @@ type statsReport struct {
 	UnknownKinds int64             `json:"unknown_kind_jobs"`
 	Outbox       *outbox.Backlog   `json:"outbox"`
 	Snapshot     *metrics.Snapshot `json:"database"`
+	Periodic     periodicSummary   `json:"periodic"`
 }
 
 func stats(c *ucli.Context) error {
@@ -71,6 +72,7 @@ func stats(c *ucli.Context) error {
 	if rep.Snapshot, err = metrics.TakeSnapshot(ctx, pool); err != nil {
 		return err
 	}
+	rep.Periodic = summarizePeriodic(rep.Snapshot.Periodic)
 	ob, err := outbox.Stats(ctx, pool)
 	if err != nil {
 		return err
@@ -119,7 +121,8 @@ func stats(c *ucli.Context) error {
 			[2]string{"outbox failed", strconv.FormatInt(rep.Outbox.Failed, 10)},
 			[2]string{"outbox orphaned", strconv.FormatInt(rep.Outbox.Orphaned, 10)})
 		kv = append(kv, [2]string{"oldest open transaction", fmtAge(s.OldestTransactionAge)},
-			[2]string{"idle in transaction", strconv.FormatInt(s.IdleInTransaction, 10)})
+			[2]string{"idle in transaction", strconv.FormatInt(s.IdleInTransaction, 10)},
+			[2]string{"periodic schedules", rep.Periodic.line()})
 		return keyValues(w, kv)
 	})
 }

@@ -3,12 +3,12 @@ package cli
 import (
 	"fmt"
 	"io"
-	"strconv"
 	"time"
 
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/fenceq/fenceq/internal/verify"
+	"github.com/fenceq/fenceq/jobs/builtin"
 )
 
 func verifyCommand() *ucli.Command {
@@ -37,49 +37,15 @@ func verifyAction(c *ucli.Context) error {
 	}
 	defer pool.Close()
 	rep, err := verify.Run(c.Context, pool, verify.Options{ReaperInterval: c.Duration("reaper"),
-		RequireAllFinal: c.Bool("all-final"), IgnoreKinds: periodicKinds()})
+		RequireAllFinal: c.Bool("all-final"), IgnoreKinds: builtin.RecurringKinds()})
 	if err != nil {
 		return err
 	}
-	if err := output(c, rep, func(w io.Writer) error { return printVerify(w, rep) }); err != nil {
+	if err := output(c, rep, func(w io.Writer) error { return rep.WriteText(w) }); err != nil {
 		return err
 	}
 	if !rep.Passed {
 		return silentError{fmt.Sprintf("verify: %d violation(s)", rep.Violations)}
 	}
 	return nil
-}
-
-func printVerify(w io.Writer, rep *verify.Report) error {
-	rows := make([][]string, 0, len(rep.Checks))
-	for _, ch := range rep.Checks {
-		st, n := "OK", strconv.FormatInt(ch.Violations, 10)
-		switch {
-		case ch.Skipped != "":
-			st, n = "SKIPPED", "-"
-		case ch.Violations > 0:
-			st = "FAIL"
-		}
-		rows = append(rows, []string{st, ch.Description, n})
-	}
-	if err := table(w, []string{"STATUS", "INVARIANT", "VIOLATIONS"}, rows); err != nil {
-		return err
-	}
-	for _, ch := range rep.Checks {
-		if ch.Skipped != "" {
-			fmt.Fprintf(w, "\nskipped %s: %s\n", ch.Name, ch.Skipped)
-		}
-		if len(ch.Examples) > 0 {
-			fmt.Fprintf(w, "\n%s:\n", ch.Name)
-			for _, ex := range ch.Examples {
-				fmt.Fprintf(w, "  %s\n", ex)
-			}
-		}
-	}
-	if rep.Passed {
-		_, err := fmt.Fprintln(w, "\nverify: all invariants hold")
-		return err
-	}
-	_, err := fmt.Fprintf(w, "\nverify: %d violation(s)\n", rep.Violations)
-	return err
 }

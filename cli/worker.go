@@ -12,7 +12,9 @@ import (
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/fenceq/fenceq"
+	"github.com/fenceq/fenceq/internal/httpserver"
 	"github.com/fenceq/fenceq/internal/metrics"
+	"github.com/fenceq/fenceq/jobs/builtin"
 	"github.com/fenceq/fenceq/jobs/housekeeping"
 	"github.com/fenceq/fenceq/queue"
 )
@@ -21,12 +23,14 @@ func workerCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:  "worker",
 		Usage: "run a worker process for the built-in kinds until SIGINT or SIGTERM",
-		Description: "Runs the built-in kinds: " + strings.Join(kindNames(), ", ") + ".\n" +
+		Description: "Runs the built-in kinds: " + strings.Join(builtin.KindNames(), ", ") + ".\n" +
+			"Enqueues the jobs of every periodic schedule (see `fenceq periodic`) unless --no-periodic;\n" +
+			"when it serves the default queue, it defines the housekeeping schedule (every --housekeeping-interval).\n" +
 			"On SIGINT or SIGTERM it stops claiming, lets running jobs finish for --shutdown-timeout,\n" +
 			"then cancels the rest and gives their leases back (fenced), and deregisters.",
 		Flags: append([]ucli.Flag{
 			&ucli.StringFlag{Name: "queues", Usage: "comma-separated queues to serve (default: " +
-				strings.Join(builtinQueues(), ",") + ")"},
+				strings.Join(builtin.Queues(), ",") + ")"},
 			&ucli.IntFlag{Name: "concurrency", Value: 10, Usage: "jobs run at once per queue"},
 			&ucli.DurationFlag{Name: "lease", Value: 60 * time.Second, Usage: "lease duration without a heartbeat"},
 			&ucli.DurationFlag{Name: "heartbeat", Usage: "lease renewal interval (default lease/3)"},
@@ -38,7 +42,10 @@ func workerCommand() *ucli.Command {
 			&ucli.IntFlag{Name: "max-conns", Value: 10, Usage: "database connections of this process"},
 			&ucli.DurationFlag{Name: "retention", Value: 24 * time.Hour, Usage: "how long finished jobs are kept (negative: forever)"},
 			&ucli.BoolFlag{Name: "no-listen", Usage: "no LISTEN/NOTIFY wake-ups, only --poll (for PgBouncer in transaction pooling mode)"},
-		}, append(businessFlags(), logFlags()...)...),
+			&ucli.BoolFlag{Name: "no-periodic", Usage: "run no scheduling passes: enqueue no periodic jobs, not even housekeeping"},
+			&ucli.DurationFlag{Name: "periodic-interval", Value: time.Second, Usage: "how often a scheduling pass runs (it also wakes at the next due slot)"},
+			&ucli.DurationFlag{Name: "periodic-grace", Value: 10 * time.Second, Usage: "slots due within this long after the last pass are caught up; later ones follow their schedule's --missed policy"},
+		}, slices.Concat(orderFlags(), builtinFlags(), logFlags(), []ucli.Flag{databaseURLFlag()})...),
 		Action: workerAction,
 	}
 }
@@ -51,7 +58,7 @@ func workerAction(c *ucli.Context) error {
 	if err != nil {
 		return err
 	}
-	queues := builtinQueues()
+	queues := builtin.Queues()
 	if s := strings.TrimSpace(c.String("queues")); s != "" {
 		queues = nil
 		for _, q := range strings.Split(s, ",") {
@@ -70,6 +77,28 @@ func workerAction(c *ucli.Context) error {
 	if c.Int("max-conns") < 2 {
 		return usageError{fmt.Errorf("invalid --max-conns %d: must be at least 2", c.Int("max-conns"))}
 	}
+	var periodic []*fenceq.PeriodicJob
+	if slices.Contains(queues, queue.DefaultQueue) && !c.Bool("no-periodic") {
+		d := c.Duration("housekeeping-interval")
+		hk, err := housekeeping.Periodic(d)
+		if err != nil {
+			return usageError{fmt.Errorf("invalid --housekeeping-interval %s: want a whole number of seconds, at least 1s", d)}
+		}
+		periodic = append(periodic, hk)
+	}
+	tax, err := newTax(c)
+	if err != nil {
+		return err
+	}
+	mailer, mailDesc, closeMailer, err := newMailer(c)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := closeMailer(); err != nil {
+			log.Warn("close the mailer", "err", err)
+		}
+	}()
 	pool, err := openMigrated(c, int32(c.Int("max-conns")))
 	if err != nil {
 		return err
@@ -80,12 +109,15 @@ func workerAction(c *ucli.Context) error {
 	if err := m.Register(metrics.NewDBCollector(pool, 5*time.Second, log)); err != nil {
 		return fmt.Errorf("register database metrics: %w", err)
 	}
-	hs := fenceq.NewHandlers()
-	cleanup, mailDesc, err := registerBuiltins(c, hs, builtinDeps{Pool: pool, Logger: log, Metrics: m})
+	orders, err := newOrderService(c, pool, log, m)
 	if err != nil {
 		return err
 	}
-	defer cleanup()
+	hs := fenceq.NewHandlers()
+	if err := builtin.Register(hs, builtin.Deps{Pool: pool, Mailer: mailer, Tax: tax, Orders: orders,
+		Logger: log, InvoiceMetrics: m.Invoices(), OutboxMetrics: m.Outbox()}); err != nil {
+		return err
+	}
 
 	qcfg := make(map[string]fenceq.QueueConfig, len(queues))
 	for _, q := range queues {
@@ -96,23 +128,19 @@ func workerAction(c *ucli.Context) error {
 		LeaseDuration: c.Duration("lease"), HeartbeatInterval: c.Duration("heartbeat"),
 		ReaperInterval: c.Duration("reaper"), PollInterval: c.Duration("poll"),
 		RetentionPeriod: c.Duration("retention"), DisableListen: c.Bool("no-listen"), Logger: log, Observer: m,
+		Periodic: periodic, DisablePeriodic: c.Bool("no-periodic"),
+		PeriodicInterval: c.Duration("periodic-interval"), PeriodicGrace: c.Duration("periodic-grace"),
 	})
 	if err != nil {
 		return usageError{err}
 	}
 	log.Info(mailDesc)
-	if slices.Contains(queues, queue.DefaultQueue) {
-		// The recurring cleanup job: enqueued unless one is pending already.
-		if _, err := housekeeping.Schedule(c.Context, pool); err != nil {
-			return fmt.Errorf("schedule housekeeping: %w", err)
-		}
-	}
-	var srv *httpServer
+	var srv *httpserver.Server
 	if addr := c.String("metrics-addr"); addr != "" {
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", m.Handler())
 		mux.Handle("GET /healthz", healthzHandler(pool))
-		if srv, err = startHTTP(addr, mux, log, "metrics"); err != nil {
+		if srv, err = httpserver.Start(addr, mux, log, "metrics"); err != nil {
 			return err
 		}
 	}
@@ -136,7 +164,7 @@ func workerAction(c *ucli.Context) error {
 // healthzHandler answers 200 when the database answers, 503 otherwise.
 func healthzHandler(pool *pgxpool.Pool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := contextWithTimeout(r, 2*time.Second)
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
 		if err := pool.Ping(ctx); err != nil {
 			http.Error(w, "database unreachable", http.StatusServiceUnavailable)

@@ -46,11 +46,14 @@ func TestWorkerCommand(t *testing.T) {
 		}
 		return addr != ""
 	})
-	testutil.WaitFor(t, "the noop jobs to complete and the sleep job to run", 10*time.Second, func() bool {
-		var done, running int
+	// The housekeeping schedule runs once at the start: no worker ran a pass before.
+	testutil.WaitFor(t, "the noop and housekeeping jobs to complete and the sleep job to run", 10*time.Second, func() bool {
+		var done, housekeeping, running int
 		_ = b.db.Pool.QueryRow(b.ctx, `SELECT count(*) FILTER (WHERE kind = 'noop' AND state = 'completed'),
-			count(*) FILTER (WHERE kind = 'sleep' AND state = 'running') FROM fenceq_jobs`).Scan(&done, &running)
-		return done == 3 && running == 1
+			count(*) FILTER (WHERE kind = 'housekeeping.idempotency' AND state = 'completed'
+				AND metadata->'periodic'->>'run_on_start' = 'true'),
+			count(*) FILTER (WHERE kind = 'sleep' AND state = 'running') FROM fenceq_jobs`).Scan(&done, &housekeeping, &running)
+		return done == 3 && housekeeping == 1 && running == 1
 	})
 
 	var ws []queue.WorkerInfo
@@ -125,7 +128,10 @@ func TestWorkerFlagErrors(t *testing.T) {
 	oneErrorLine(t, b.run(t, "worker", "--concurrency", "0"), "invalid --concurrency 0")
 	oneErrorLine(t, b.run(t, "worker", "--queues", "ok, bad queue!"), "--queues")
 	oneErrorLine(t, b.run(t, "worker", "--lease", "1s", "--heartbeat", "2s"), "HeartbeatInterval")
-	oneErrorLine(t, b.run(t, "worker", "--mailer", "carrier-pigeon"), "invalid --mailer")
+	oneErrorLine(t, b.run(t, "worker", "--mailer", "carrier-pigeon"), `invalid --mailer "carrier-pigeon": want file:PATH`)
+	oneErrorLine(t, b.run(t, "worker", "--mailer", "smtp://ada:secret@127.0.0.1:25"), `invalid --mailer "smtp://ada:xxxxx@127.0.0.1:25"`)
+	oneErrorLine(t, b.run(t, "worker", "--tax-latency", "fast"), "invalid --tax-latency")
+	oneErrorLine(t, b.run(t, "worker", "--housekeeping-interval", "-1s"), "invalid --housekeeping-interval -1s")
 	oneErrorLine(t, b.run(t, "worker", "--log-level", "loud"), "invalid --log-level")
 }
 

@@ -319,7 +319,7 @@ func Release(ctx context.Context, db queue.DBTX, rec *Record) error {
 	return nil
 }
 
-// GetIdempotencyKey reads one key, or returns ErrNotFound.
+// Get reads one key, or returns an error matching queue.ErrNotFound.
 func Get(ctx context.Context, db queue.DBTX, scope, key string) (*Record, error) {
 	rec, err := scanIdemOptional(db.QueryRow(ctx, sqlIdemGet, scope, key))
 	if err != nil {

@@ -1,5 +1,16 @@
 package idempotency
 
+import "strings"
+
+// lit renders a key state as an SQL literal, for predicates the planner must match
+// against the partial index on finished keys.
+func lit(s State) string { return "'" + strings.ReplaceAll(string(s), "'", "''") + "'" }
+
+var (
+	sqlInFlight = lit(StateInFlight)
+	sqlFinished = lit(StateFinished)
+)
+
 // SQL for fenceq_idempotency_keys. Expiry is decided by the database's clock (now()).
 
 const idemColumns = `scope, key, request_hash, state, lease_gen, resource_id, response_status,
@@ -25,9 +36,9 @@ const sqlIdemGet = `SELECT ` + idemColumns + ` FROM fenceq_idempotency_keys WHER
 // generation so that a previous in-flight owner can no longer finish it. The WHERE is
 // re-checked on the newest row version, so of two takeovers only one wins.
 // $3 request hash, $4 TTL (µs).
-const sqlIdemTakeOver = `
+var sqlIdemTakeOver = `
 UPDATE fenceq_idempotency_keys SET
-    request_hash = $3, state = 'in_flight', lease_gen = lease_gen + 1,
+    request_hash = $3, state = ` + sqlInFlight + `, lease_gen = lease_gen + 1,
     resource_id = NULL, response_status = NULL, response = NULL,
     created_at = now(), finished_at = NULL,
     expires_at = now() + $4::bigint * interval '1 microsecond'
@@ -36,32 +47,32 @@ RETURNING ` + idemColumns
 
 // sqlIdemFinish stores the result of the owner's work; the TTL restarts from now.
 // $3 generation, $4 resource id, $5 status, $6 response.
-const sqlIdemFinish = `
+var sqlIdemFinish = `
 UPDATE fenceq_idempotency_keys SET
-    state = 'finished', resource_id = $4, response_status = $5, response = $6,
+    state = ` + sqlFinished + `, resource_id = $4, response_status = $5, response = $6,
     finished_at = now(), expires_at = now() + (expires_at - created_at)
-WHERE scope = $1 AND key = $2 AND lease_gen = $3 AND state = 'in_flight'
+WHERE scope = $1 AND key = $2 AND lease_gen = $3 AND state = ` + sqlInFlight + `
 RETURNING ` + idemColumns
 
 // sqlIdemRelease gives up an in-flight key its owner could not finish. $3 generation.
-const sqlIdemRelease = `
+var sqlIdemRelease = `
 DELETE FROM fenceq_idempotency_keys
-WHERE scope = $1 AND key = $2 AND lease_gen = $3 AND state = 'in_flight'`
+WHERE scope = $1 AND key = $2 AND lease_gen = $3 AND state = ` + sqlInFlight + ``
 
 // sqlIdemDeleteExpired deletes up to $1 finished keys whose TTL passed. In-flight keys
 // are never candidates; rows locked by a concurrent takeover are skipped, and the outer
 // WHERE re-checks the condition on the row version it deletes. The CTE is materialized
 // so that LIMIT bounds the whole batch (a rescanned subquery would apply it per rescan).
-const sqlIdemDeleteExpired = `
+var sqlIdemDeleteExpired = `
 WITH d AS MATERIALIZED (
     SELECT scope, key FROM fenceq_idempotency_keys
-    WHERE state = 'finished' AND expires_at < now()
+    WHERE state = ` + sqlFinished + ` AND expires_at < now()
     ORDER BY expires_at
     LIMIT $1
     FOR UPDATE SKIP LOCKED)
 DELETE FROM fenceq_idempotency_keys k
 USING d
-WHERE k.scope = d.scope AND k.key = d.key AND k.state = 'finished' AND k.expires_at < now()`
+WHERE k.scope = d.scope AND k.key = d.key AND k.state = ` + sqlFinished + ` AND k.expires_at < now()`
 
 // Setting lock_timeout for a claim and restoring the transaction's previous value; the
 // previous value is kept in a transaction-local custom setting, so all three statements

@@ -31,7 +31,8 @@ CREATE TABLE fenceq_jobs (
         ((state IN ('completed', 'discarded', 'cancelled')) = (finished_at IS NOT NULL))
 );
 
--- Claims: full (not partial) index, measured in DESIGN.md to stay stable under churn.
+-- Claims: available jobs of a queue in claim order (migration 000007 keeps only the
+-- available ones in it).
 CREATE INDEX fenceq_jobs_claim_idx ON fenceq_jobs (state, queue, priority, run_at, id);
 -- Reaper: running jobs by lease expiry.
 CREATE INDEX fenceq_jobs_lease_idx ON fenceq_jobs (lease_expires_at) WHERE state = 'running';

@@ -27,24 +27,29 @@
 //	    └──────────── Fail, attempts left ──────────────────────┤                  │
 //	                                                            │  Reap, expired:  │
 //	scheduled <────── Snooze(d > 0) ────────────────────────────┤  lease_gen+1 ────┘
-//	completed <────── Complete, CompleteMany, FencedCommit ─────┤  (discarded when
+//	completed <────── Complete, CompleteMany, WithLease ────────┤  (discarded when
 //	discarded <────── Fail, no attempts left or Discard ────────┤   no attempts left)
 //	cancelled <────── Cancel ───────────────────────────────────┘
 //
 // Every arrow leaving running is a compare-and-set on (id, lease_gen, state =
-// 'running'). completed, discarded and cancelled are final (finished_at is set);
-// RetryJob makes a final job available again. RequeueJob and CancelJob on a running job
-// bump lease_gen, revoking the holder's lease in the same statement.
+// 'running'). WithLease completes the job only with LeaseTx{Complete: true}; Snooze(0)
+// makes the job available at once. completed, discarded and cancelled are final
+// (finished_at is set); RetryJob makes a final, scheduled or retryable job available
+// now. RequeueJob (any state) and CancelJob (any unfinished state) on a running job bump
+// lease_gen, revoking the holder's lease in the same statement and recording a revoked
+// lease event.
 //
-// # The fenced commit
+// # The fenced transaction
 //
-// A handler's results, its outbox rows and the job's completion commit in one short
-// transaction (FencedCommit): it first locks the job row with
+// WithLease runs a caller's writes in one short transaction fenced by the lease; with
+// LeaseTx{Complete: true} the job's completion commits in the same transaction, so a
+// handler's results, its outbox rows and its completion commit together or not at all.
+// The transaction first locks the job row with
 // "SELECT … WHERE id = $1 AND lease_gen = $2 AND state = 'running' FOR UPDATE". No
-// row means the lease is gone: roll back, ErrLeaseLost. A row means the lock now keeps
-// the reaper (which uses SKIP LOCKED and compare-and-set on the generation it read)
-// and every other writer out until COMMIT, so a pause between the check and the write
-// cannot be exploited: the commit wins or loses as a whole.
+// row means the lease is gone: roll back, ErrLeaseLost. A row means the lock keeps the
+// reaper (which uses SKIP LOCKED and compare-and-set on the generation it read) and
+// every other writer out until COMMIT, so a pause between the check and the write
+// cannot be exploited: the transaction wins or loses as a whole.
 //
 // # Liveness
 //
@@ -59,6 +64,21 @@
 //
 // # Times
 //
-// All decisions use now() in SQL; durations are passed as microseconds. Workers use
-// monotonic time only for their own local lease deadline.
+// # Periodic schedules
+//
+// fenceq_periodic holds the schedules; last_slot says up to which instant every slot is
+// decided. A scheduling pass (fenceq's Worker runs one every PeriodicInterval) is one
+// transaction: LockPeriodicClock locks the one row of fenceq_periodic_clock, which
+// serializes passes across workers without electing a leader; ReadDuePeriodic reads
+// clock_timestamp() and the schedules; for each, EnqueuePeriodic moves last_slot with a
+// compare-and-set (from the value read, on the definition read) and inserts the slots'
+// jobs in the same statement; TouchPeriodicClock records the pass. A slot is enqueued
+// once because last_slot only grows and the job insert commits with it, whether or not
+// an earlier job of the slot still exists (a unique key would hold only while that job
+// is unfinished). The session's idle_in_transaction_session_timeout, set by the lock,
+// disconnects a pass paused mid-transaction so that it cannot hold the lock.
+//
+// All decisions use now() in SQL; durations are passed as microseconds. The one time
+// that comes from Go is an absolute InsertParams.RunAt an application asks for. Workers
+// use monotonic time only for their own local lease deadline.
 package queue

@@ -157,7 +157,7 @@ func collectClaimed(rows pgx.Rows, queue, worker string, limit int) ([]*JobRow, 
 	out := make([]*JobRow, 0, limit)
 	kinds := map[string]string{} // one string per kind, not per job
 	// One set of scan targets for every row: a Scan call with the fields of each new
-	// row as targets allocated its argument list per row.
+	// row as targets would allocate its argument list per row.
 	var (
 		r         JobRow
 		kind      pgtype.DriverBytes

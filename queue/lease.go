@@ -37,10 +37,9 @@ type ClaimParams struct {
 // ahead of the jobs still waiting, until VACUUM removes it (and none can be removed
 // while an old transaction holds the horizon). A claim from the start of the order
 // walks all of them; a claim after the position where the previous claim ended starts
-// past them. Jobs that
-// become available behind a cursor (released, reaped or retried jobs with an old run_at,
-// a job of a more urgent priority) are only seen by a claim without a cursor: a claimer
-// using cursors must also claim without one regularly.
+// past them. Jobs that become available behind a cursor (released, reaped or retried
+// jobs with an old run_at, a job of a more urgent priority) are only seen by a claim
+// without a cursor: a claimer using cursors must also claim without one regularly.
 type ClaimCursor struct {
 	Priority int16
 	RunAt    time.Time

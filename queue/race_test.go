@@ -13,7 +13,7 @@ import (
 	"github.com/fenceq/fenceq/queue"
 )
 
-// Test 5 of the core issue: several pools claim from 10,000 jobs at once. Every
+// Several pools claim from 10,000 jobs at once. Every
 // (id, lease_gen) is claimed once, every job completes exactly once, no completion is
 // rejected.
 func TestClaimRaceEveryJobOnce(t *testing.T) {

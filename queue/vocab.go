@@ -30,10 +30,11 @@ var (
 		StateCompleted, StateDiscarded, StateCancelled}
 	unfinishedStates = [...]State{StateAvailable, StateScheduled, StateRunning, StateRetryable}
 	finalStates      = [...]State{StateCompleted, StateDiscarded, StateCancelled}
-	// waitingStates are the unfinished states of a job nobody holds.
-	waitingStates = [...]State{StateAvailable, StateScheduled, StateRetryable}
 	// dueStates wait for run_at and are promoted to available when it passes.
 	dueStates = [...]State{StateScheduled, StateRetryable}
+	// waitingStates are the unfinished states of a job nobody holds: those of a job that
+	// waits for a worker that can run it.
+	waitingStates = [...]State{StateAvailable, StateScheduled, StateRetryable}
 )
 
 // JobStates returns every job state, in the order operators read them.
@@ -124,8 +125,8 @@ const (
 var (
 	sqlUnfinished = sqlList(unfinishedStates[:])
 	sqlFinal      = sqlList(finalStates[:])
-	sqlWaiting    = sqlList(waitingStates[:])
 	sqlDue        = sqlList(dueStates[:])
+	sqlWaiting    = sqlList(waitingStates[:])
 
 	sqlAvailable = sqlLit(StateAvailable)
 	sqlScheduled = sqlLit(StateScheduled)
@@ -152,3 +153,40 @@ func sqlList[T ~string](vs []T) string {
 	}
 	return "(" + strings.Join(parts, ", ") + ")"
 }
+
+// MissedPolicy says what a periodic schedule does with the slots that fell due while
+// every worker was down. The policies are the contract of fenceq_periodic.missed.
+type MissedPolicy string
+
+// Missed-slot policies.
+const (
+	// MissedSkip enqueues none of them: the schedule resumes at its next slot.
+	MissedSkip MissedPolicy = "skip"
+	// MissedOnce enqueues one job, for the newest of them.
+	MissedOnce MissedPolicy = "once"
+)
+
+var missedPolicies = [...]MissedPolicy{MissedSkip, MissedOnce}
+
+// MissedPolicies returns every missed-slot policy.
+func MissedPolicies() []MissedPolicy { return slices.Clone(missedPolicies[:]) }
+
+// Valid reports whether p names a policy.
+func (p MissedPolicy) Valid() bool { return slices.Contains(missedPolicies[:], p) }
+
+// PeriodicSource says where a periodic schedule was defined: the contract of
+// fenceq_periodic.source.
+type PeriodicSource string
+
+// Periodic schedule sources.
+const (
+	// SourceCode: a worker's configuration defines it and upserts it at every start.
+	SourceCode PeriodicSource = "code"
+	// SourceCLI: an operator added it (fenceq periodic add).
+	SourceCLI PeriodicSource = "cli"
+)
+
+var periodicSources = [...]PeriodicSource{SourceCode, SourceCLI}
+
+// Valid reports whether s names a source.
+func (s PeriodicSource) Valid() bool { return slices.Contains(periodicSources[:], s) }

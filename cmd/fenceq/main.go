@@ -6,6 +6,9 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	// Periodic schedules name IANA zones: with the zone database in the binary, every
+	// worker built from it computes the same slots, whatever its machine has installed.
+	_ "time/tzdata"
 
 	"github.com/fenceq/fenceq/cli"
 )

@@ -13,10 +13,11 @@ import (
 // ceilingBatch is the claim and completion batch of the bare-SQL ceiling.
 const ceilingBatch = 1000
 
-// ceilingSystem is the bare-SQL ceiling: on fenceq's own table (same indexes), a few
-// claimers loop over DESIGN.md's claim (LIMIT 1000, FOR UPDATE SKIP LOCKED, lease
-// generation bumped) and one batched fenced completion per claim (UPDATE … FROM
-// unnest(ids, gens) WHERE lease_gen = gen). No handler, no bookkeeping: what the
+// ceilingSystem is the bare-SQL ceiling: on fenceq's own table, with the full claim
+// index of the reference protocol (see sqlCeilingIndex), a few claimers loop over the
+// reference claim (from the start of the claim order, LIMIT 1000, FOR UPDATE SKIP
+// LOCKED, lease generation bumped) and one batched fenced completion per claim (UPDATE
+// … FROM unnest(ids, gens) WHERE lease_gen = gen). No handler, no bookkeeping: what the
 // database alone can do for this protocol.
 type ceilingSystem struct {
 	cfg Config
@@ -31,8 +32,8 @@ func (s *ceilingSystem) name() string     { return SystemCeiling }
 func (s *ceilingSystem) jobTable() string { return "fenceq_jobs" }
 
 func (s *ceilingSystem) describe() string {
-	return fmt.Sprintf("bare SQL on fenceq_jobs with DESIGN.md's full claim index (state, queue, priority, run_at, id): "+
-		"%d claimers, each looping DESIGN.md's claim (LIMIT %d, SKIP LOCKED, lease_gen + 1) then one batched fenced "+
+	return fmt.Sprintf("bare SQL on fenceq_jobs with the reference full claim index (state, queue, priority, run_at, id): "+
+		"%d claimers, each looping the reference claim from the start (LIMIT %d, SKIP LOCKED, lease_gen + 1) then one batched fenced "+
 		"completion (unnest(ids, gens), lease_gen = gen); pool of %d conns",
 		s.cfg.CeilingClaimers, ceilingBatch, s.cfg.Conns)
 }

@@ -47,17 +47,17 @@ SELECT count(*),
        count(*) FILTER (WHERE state = 'completed' AND attempt = 1)
 FROM river_job WHERE (args->>'seq')::bigint >= 0`
 
-// The bare-SQL ceiling runs on the index DESIGN.md measured it with (and found best for
-// claims from the start of the order): a full index on (state, queue, priority, run_at,
-// id). fenceq's own migrations keep only the available jobs in its claim index, which
-// only pays off with claims that start after a cursor; DESIGN.md's claim on that index
-// walks the dead entries and runs at a fraction of its rate.
+// The bare-SQL ceiling runs on the index that suits claims from the start of the order:
+// a full index on (state, queue, priority, run_at, id). fenceq's own migrations keep
+// only the available jobs in its claim index, which pays off only with claims that
+// start after a cursor; a claim from the start on that index walks the dead entries of
+// every job claimed since the last VACUUM.
 const sqlCeilingIndex = `
 DROP INDEX IF EXISTS fenceq_jobs_claim_idx;
 CREATE INDEX fenceq_jobs_claim_idx ON fenceq_jobs (state, queue, priority, run_at, id)`
 
-// Bare-SQL ceiling: the claim of DESIGN.md returning only (id, lease_gen) and the
-// batched fenced completion. $1 limit, $2 claimer id.
+// Bare-SQL ceiling: the reference claim, from the start of the claim order, returning
+// only (id, lease_gen), and the batched fenced completion. $1 limit, $2 claimer id.
 const sqlCeilingClaim = `
 WITH next AS (
     SELECT id FROM fenceq_jobs

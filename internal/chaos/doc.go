@@ -1,6 +1,6 @@
-// Package chaos is fenceq's fault-injection harness: it proves the guarantees of
-// DESIGN.md (no lost jobs, fenced leases, exactly-once outcomes, the outbox, liveness)
-// end to end with real processes and real faults, the way distributed-systems tests do.
+// Package chaos is fenceq's fault-injection harness: it proves fenceq's guarantees (no
+// lost jobs, fenced leases, exactly-once outcomes, the outbox, liveness) end to end with
+// real processes and real faults, the way distributed-systems tests do.
 //
 // # What a run does
 //

@@ -10,12 +10,8 @@ import (
 	"slices"
 	"time"
 
-	"github.com/fenceq/fenceq/jobs/housekeeping"
+	"github.com/fenceq/fenceq/jobs/builtin"
 )
-
-// PeriodicKinds are job kinds that reschedule themselves and so never all finish: the
-// worker's recurring housekeeping.
-var PeriodicKinds = []string{housekeeping.IdempotencyKind}
 
 // Config describes one chaos run.
 type Config struct {
@@ -161,7 +157,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 func (e *Env) waitSettled(ctx context.Context) {
 	for {
 		var jobs, outbox int64
-		err := e.Pool.QueryRow(ctx, sqlUnfinishedJobs, PeriodicKinds).Scan(&jobs)
+		err := e.Pool.QueryRow(ctx, sqlUnfinishedJobs, builtin.RecurringKinds()).Scan(&jobs)
 		if err == nil {
 			err = e.Pool.QueryRow(ctx, sqlPendingOutbox).Scan(&outbox)
 		}

@@ -37,8 +37,8 @@ func (e *Env) waitHolding(ctx context.Context, w *Worker, within time.Duration) 
 func (e *Env) Inject(ctx context.Context, f PlannedFault) (rec FaultRecord) {
 	rec = FaultRecord{PlannedFault: f}
 	start := time.Now()
-	// A named result, so that this sets Took on the record returned (on an unnamed one
-	// it set a copy after the return value was taken, and every Took was 0).
+	// A named result, so that this sets Took on the record returned (with an unnamed
+	// one it would set a copy after the return value was taken).
 	defer func() { rec.Took = time.Since(start) }()
 	if f.Type == FaultPGRestart {
 		rec.Target = "postgres"

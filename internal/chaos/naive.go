@@ -24,8 +24,8 @@ import (
 	"github.com/fenceq/fenceq/queue"
 )
 
-// The naive baseline is the design of the incidents in DESIGN.md, kept on purpose so
-// the verifier can be seen to fail: a lease is a row lock with an expiry and no
+// The naive baseline is the design of the two incidents fenceq is built against, kept
+// on purpose so the verifier can be seen to fail: a lease is a row lock with an expiry and no
 // generation (whoever comes after the expiry takes the job, like SET NX PX), nothing
 // renews it, completion and release are unconditional writes (like DEL), the
 // idempotency test is check-then-insert, and the business unique constraints are gone.

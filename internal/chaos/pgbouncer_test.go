@@ -24,7 +24,7 @@ func startPgBouncer(t *testing.T, db *dbtest.DB) string {
 	bin, err := exec.LookPath("pgbouncer")
 	if err != nil {
 		if _, serr := os.Stat("/usr/sbin/pgbouncer"); serr != nil {
-			t.Skip("pgbouncer is not installed (apt-get install pgbouncer)")
+			t.Fatal("pgbouncer is not installed: apt-get install pgbouncer (.ci/run installs it)")
 		}
 		bin = "/usr/sbin/pgbouncer"
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fenceq/fenceq/internal/verify"
+	"github.com/fenceq/fenceq/jobs/builtin"
 	"github.com/fenceq/fenceq/jobs/email"
 	"github.com/fenceq/fenceq/outbox"
 	"github.com/fenceq/fenceq/queue"
@@ -274,7 +275,7 @@ func collect(ctx context.Context, in collectInput) (*Report, error) {
 		expected = in.wl.JobIDs()
 	}
 	r.Verify, err = verify.Run(ctx, db, verify.Options{ReaperInterval: e.cfg.Reaper, Grace: e.cfg.Lease,
-		ExpectedJobs: expected, RequireFinal: true, RequireAllFinal: true, IgnoreKinds: PeriodicKinds})
+		ExpectedJobs: expected, RequireFinal: true, RequireAllFinal: true, IgnoreKinds: builtin.RecurringKinds()})
 	if err != nil {
 		return nil, fmt.Errorf("chaos: report: %w", err)
 	}
@@ -297,7 +298,7 @@ func collect(ctx context.Context, in collectInput) (*Report, error) {
 		r.Lost += n
 	}
 
-	if r.Unfinished, err = queryStrings(ctx, db, sqlUnfinishedDetail, PeriodicKinds, 10); err != nil {
+	if r.Unfinished, err = queryStrings(ctx, db, sqlUnfinishedDetail, builtin.RecurringKinds(), 10); err != nil {
 		return nil, fmt.Errorf("chaos: report: unfinished jobs: %w", err)
 	}
 	if r.Discarded, err = queryStrings(ctx, db, sqlDiscardedDetail, 10); err != nil {

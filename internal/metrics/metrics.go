@@ -46,6 +46,7 @@ type Metrics struct {
 	outboxDelivered    *prometheus.CounterVec
 	outboxRetried      *prometheus.CounterVec
 	outboxFailed       *prometheus.CounterVec
+	periodicEnqueued   *prometheus.CounterVec
 }
 
 var _ fenceq.Observer = (*Metrics)(nil)
@@ -126,7 +127,11 @@ func New() *Metrics {
 		Name: "fenceq_orders_created_total",
 		Help: "Orders placed (committed) by this process.",
 	})
-	m.reg.MustRegister(m.jobsClaimed, m.jobsFinished, m.jobDuration, m.leaseRevocations,
+	m.periodicEnqueued = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fenceq_periodic_enqueued_total",
+		Help: "Jobs this process's scheduling passes enqueued for periodic schedules, by schedule name.",
+	}, []string{"name"})
+	m.reg.MustRegister(m.periodicEnqueued, m.jobsClaimed, m.jobsFinished, m.jobDuration, m.leaseRevocations,
 		m.staleWrites, m.expiredHolderAlive, m.leasesLost, m.heartbeatFailures,
 		m.idemReplays, m.idemConflicts, m.ordersCreated, m.invoicesCreated, m.invoiceDuplicates, m.taxFailures, m.outboxDelivered, m.outboxRetried, m.outboxFailed,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -197,6 +202,11 @@ func (m *Metrics) StaleWriteRejected(op string, _ fenceq.Lease) {
 
 // HeartbeatFailed implements fenceq.Observer.
 func (m *Metrics) HeartbeatFailed(error) { m.heartbeatFailures.Inc() }
+
+// PeriodicEnqueued implements fenceq.Observer.
+func (m *Metrics) PeriodicEnqueued(name string, n int) {
+	m.periodicEnqueued.WithLabelValues(name).Add(float64(n))
+}
 
 // Idempotency returns the metrics of the idempotency mechanism, with the method set of
 // jobs/order's Metrics interface.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/fenceq/fenceq"
 	"github.com/fenceq/fenceq/queue"
 )
 
@@ -32,13 +33,16 @@ type Snapshot struct {
 	OldestTransactionAge time.Duration `json:"oldest_transaction_age"`
 	// IdleInTransaction counts client sessions idle in a transaction.
 	IdleInTransaction int64 `json:"idle_in_transaction"`
+	// Periodic lists the periodic schedules with their next slot and lag; empty when
+	// fenceq_periodic does not exist.
+	Periodic []fenceq.PeriodicInfo `json:"periodic"`
 }
 
 // TakeSnapshot reads queue depth, outbox backlog and the oldest open transaction. It
 // fails when fenceq_jobs does not exist.
 func TakeSnapshot(ctx context.Context, db queue.DBTX) (*Snapshot, error) {
-	var jobs, queues, outbox bool
-	if err := db.QueryRow(ctx, sqlTablesExist).Scan(&jobs, &queues, &outbox); err != nil {
+	var jobs, queues, outbox, periodic bool
+	if err := db.QueryRow(ctx, sqlTablesExist).Scan(&jobs, &queues, &outbox, &periodic); err != nil {
 		return nil, fmt.Errorf("snapshot: look up tables: %w", err)
 	}
 	if !jobs {
@@ -103,6 +107,12 @@ func TakeSnapshot(ctx context.Context, db queue.DBTX) (*Snapshot, error) {
 		return nil, fmt.Errorf("snapshot: oldest transaction: %w", err)
 	}
 	s.OldestTransactionAge = seconds(xact)
+	s.Periodic = []fenceq.PeriodicInfo{}
+	if periodic {
+		if s.Periodic, err = fenceq.ListPeriodic(ctx, db); err != nil {
+			return nil, fmt.Errorf("snapshot: %w", err)
+		}
+	}
 	return s, nil
 }
 
@@ -111,13 +121,14 @@ func seconds(f float64) time.Duration { return time.Duration(f * float64(time.Se
 // DBCollector is a prometheus.Collector that takes a Snapshot of the database at every
 // scrape: fenceq_queue_depth{queue,state}, fenceq_outbox_pending,
 // fenceq_outbox_oldest_pending_age_seconds, fenceq_db_oldest_transaction_age_seconds,
-// fenceq_db_idle_in_transaction_sessions and fenceq_db_up (0 when the snapshot failed).
+// fenceq_db_idle_in_transaction_sessions, fenceq_periodic_lag_seconds{name} and
+// fenceq_db_up (0 when the snapshot failed).
 type DBCollector struct {
 	db      queue.DBTX
 	timeout time.Duration
 	log     *slog.Logger
 
-	depth, outboxPending, outboxAge, xactAge, idleInXact, up *prometheus.Desc
+	depth, outboxPending, outboxAge, xactAge, idleInXact, periodicLag, up *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*DBCollector)(nil)
@@ -144,6 +155,10 @@ func NewDBCollector(db queue.DBTX, timeout time.Duration, log *slog.Logger) *DBC
 			"Age of the oldest open client transaction in the database, idle ones included (0 when none).", nil, nil),
 		idleInXact: prometheus.NewDesc("fenceq_db_idle_in_transaction_sessions",
 			"Client sessions idle in an open transaction.", nil, nil),
+		periodicLag: prometheus.NewDesc("fenceq_periodic_lag_seconds",
+			"How long the next slot of each periodic schedule has been due without its job enqueued "+
+				"(0 when up to date or paused), by the database's clock. Alert when it stays above the grace.",
+			[]string{"name"}, nil),
 		up: prometheus.NewDesc("fenceq_db_up",
 			"1 when the last scrape could read the database, 0 when it failed.", nil, nil),
 	}
@@ -151,7 +166,7 @@ func NewDBCollector(db queue.DBTX, timeout time.Duration, log *slog.Logger) *DBC
 
 // Describe implements prometheus.Collector.
 func (c *DBCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.depth, c.outboxPending, c.outboxAge, c.xactAge, c.idleInXact, c.up} {
+	for _, d := range []*prometheus.Desc{c.depth, c.outboxPending, c.outboxAge, c.xactAge, c.idleInXact, c.periodicLag, c.up} {
 		ch <- d
 	}
 }
@@ -178,4 +193,7 @@ func (c *DBCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(c.xactAge, prometheus.GaugeValue, s.OldestTransactionAge.Seconds())
 	ch <- prometheus.MustNewConstMetric(c.idleInXact, prometheus.GaugeValue, float64(s.IdleInTransaction))
+	for _, p := range s.Periodic {
+		ch <- prometheus.MustNewConstMetric(c.periodicLag, prometheus.GaugeValue, p.LagSeconds, p.Name)
+	}
 }

@@ -7,7 +7,7 @@ package metrics
 // search_path (before migrations, or before the outbox migration, some do not).
 const sqlTablesExist = `
 SELECT to_regclass('fenceq_jobs') IS NOT NULL, to_regclass('fenceq_queues') IS NOT NULL,
-       to_regclass('fenceq_outbox') IS NOT NULL`
+       to_regclass('fenceq_outbox') IS NOT NULL, to_regclass('fenceq_periodic') IS NOT NULL`
 
 // sqlQueueDepth counts unfinished jobs by queue and state, plus every configured queue
 // (with no row when it has no unfinished job).

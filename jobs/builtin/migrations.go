@@ -1,5 +1,7 @@
 // Package builtin gathers what the built-in jobs (invoice, order, email, housekeeping,
-// diag) need from a deployment that runs them all, as the fenceq command does.
+// diag) need from a deployment that runs them all, as the fenceq command does: their
+// migration sets (Migrations), a description of each kind with its queue and args
+// checks (Kinds), and one call that registers every handler (Register).
 package builtin
 
 import (

@@ -243,7 +243,7 @@ func TestRelayMarksPermanentRejectionsAndLastAttemptsFailed(t *testing.T) {
 	}
 }
 
-// Test 3 of the issue: the relay is killed after the SMTP server accepted a message but
+// The relay is killed after the SMTP server accepted a message but
 // before the row was marked delivered. The next holder delivers it again with the same
 // Message-ID; a receiver deduplicating by Message-ID sees one message; the killed
 // relay's late mark is rejected by the fence.

@@ -3,11 +3,10 @@
 // delivery job was discarded without delivering) failed so they are counted and
 // retryable instead of silently stuck.
 //
-// The job (kind IdempotencyKind) is one recurring row: each run cleans up, then snoozes
-// itself for Config.Interval (fenceq.JobSnooze), so it keeps its unique key and there is
-// never more than one pending. Schedule enqueues it idempotently; call it whenever a
-// worker starts. A run that fails is retried with backoff like any job; the row allows
-// queue.MaxMaxAttempts attempts, and Schedule enqueues a new one if it was discarded.
+// The job (kind IdempotencyKind) is an ordinary periodic job: Periodic returns its
+// schedule, which a worker puts in fenceq.Config.Periodic. Each slot enqueues one job,
+// which cleans up and completes; a run that fails is retried a few times, and the next
+// slot comes anyway.
 package housekeeping
 
 import (
@@ -28,12 +27,18 @@ import (
 // IdempotencyKind is the job kind that deletes expired idempotency keys.
 const IdempotencyKind = "housekeeping.idempotency"
 
-// Defaults of Config.
+// Defaults of Config, and of the interval of Periodic.
 const (
 	DefaultInterval   = time.Minute
 	DefaultBatchSize  = 1000
 	DefaultMaxBatches = 100
 )
+
+// PeriodicName names the housekeeping schedule in fenceq_periodic.
+const PeriodicName = IdempotencyKind
+
+// maxAttempts of one run: the next slot retries anyway.
+const maxAttempts = 3
 
 // IdempotencyArgs are the (empty) args of the cleanup job.
 type IdempotencyArgs struct{}
@@ -41,17 +46,39 @@ type IdempotencyArgs struct{}
 // Kind implements fenceq.JobArgs.
 func (IdempotencyArgs) Kind() string { return IdempotencyKind }
 
-// InsertOpts makes the job unique while unfinished and long-lived.
-func (IdempotencyArgs) InsertOpts() fenceq.InsertOpts {
-	return fenceq.InsertOpts{UniqueKey: IdempotencyKind, MaxAttempts: queue.MaxMaxAttempts}
+// Periodic returns the housekeeping schedule: one IdempotencyKind job every interval
+// (0 means DefaultInterval; a whole number of seconds, at least 1s), slots aligned to
+// the Unix epoch. Slots missed while every worker was down are skipped: the next slot
+// cleans up everything that expired meanwhile. It also runs once whenever workers start
+// after every one was down.
+func Periodic(interval time.Duration) (*fenceq.PeriodicJob, error) {
+	if interval == 0 {
+		interval = DefaultInterval
+	}
+	spec := "@every " + everyString(interval)
+	if _, err := fenceq.ParseSchedule(spec, ""); err != nil {
+		return nil, fmt.Errorf("housekeeping interval %s: %w", interval, err)
+	}
+	return fenceq.NewPeriodicJob(PeriodicName, spec, IdempotencyArgs{},
+		&fenceq.PeriodicOpts{MaxAttempts: maxAttempts, Missed: fenceq.MissedSkip, RunOnStart: true}), nil
+}
+
+// everyString writes d as "@every" reads it, in its largest whole unit: 1m, 90s, 2h.
+func everyString(d time.Duration) string {
+	switch {
+	case d%time.Hour == 0:
+		return fmt.Sprintf("%dh", d/time.Hour)
+	case d%time.Minute == 0:
+		return fmt.Sprintf("%dm", d/time.Minute)
+	default:
+		return d.String()
+	}
 }
 
 // Config configures the housekeeping handlers.
 type Config struct {
 	// Pool is the database. Required.
 	Pool *pgxpool.Pool
-	// Interval between runs. Defaults to 1m.
-	Interval time.Duration
 	// BatchSize is the most keys deleted per statement (one short transaction each).
 	// Defaults to 1000.
 	BatchSize int
@@ -65,12 +92,6 @@ func (c *Config) withDefaults() (Config, error) {
 	out := *c
 	if out.Pool == nil {
 		return out, errors.New("housekeeping config: Pool is required")
-	}
-	if out.Interval == 0 {
-		out.Interval = DefaultInterval
-	}
-	if out.Interval < 0 {
-		return out, fmt.Errorf("housekeeping config: Interval %s is negative", out.Interval)
 	}
 	if out.BatchSize == 0 {
 		out.BatchSize = DefaultBatchSize
@@ -113,18 +134,8 @@ func Register(hs *fenceq.Handlers, cfg Config) error {
 			log.Error("outbox row orphaned: its delivery job was discarded; marked failed (fenceq outbox retry ID)",
 				"outbox_id", id)
 		}
-		return fenceq.JobSnooze(c.Interval)
+		return nil
 	}, nil)
-}
-
-// Schedule enqueues the cleanup job to run now, unless one is already pending (then
-// the result has Existing set). Pass a pgx.Tx to make it part of a transaction.
-func Schedule(ctx context.Context, db fenceq.DBTX) (*fenceq.InsertResult, error) {
-	res, err := fenceq.Enqueue(ctx, db, IdempotencyArgs{}, nil)
-	if err != nil {
-		return nil, fmt.Errorf("schedule %s: %w", IdempotencyKind, err)
-	}
-	return res, nil
 }
 
 // CleanupIdempotencyKeys deletes expired, finished idempotency keys, batchSize per

@@ -104,16 +104,15 @@ func TestHousekeepingJobRecurs(t *testing.T) {
 	if err := housekeeping.Register(hs, housekeeping.Config{}); err == nil {
 		t.Fatal("Register without a pool succeeded")
 	}
-	if err := housekeeping.Register(hs, housekeeping.Config{Pool: b.db.Pool, Interval: 100 * time.Millisecond, BatchSize: 2, Logger: testutil.QuietLogger()}); err != nil {
+	if err := housekeeping.Register(hs, housekeeping.Config{Pool: b.db.Pool, BatchSize: 2, Logger: testutil.QuietLogger()}); err != nil {
 		t.Fatal(err)
 	}
-	first, err := housekeeping.Schedule(b.ctx, b.db.Pool)
-	if err != nil || first.Existing {
-		t.Fatalf("schedule: %+v %v", first, err)
+	if _, err := housekeeping.Periodic(1500 * time.Millisecond); !errors.Is(err, queue.ErrInvalid) {
+		t.Fatalf("an interval of 1.5s: %v, want a validation error", err)
 	}
-	again, err := housekeeping.Schedule(b.ctx, b.db.Pool)
-	if err != nil || !again.Existing || again.Job.ID != first.Job.ID {
-		t.Fatalf("second schedule: %+v %v, want the existing job", again, err)
+	sched, err := housekeeping.Periodic(time.Second)
+	if err != nil {
+		t.Fatal(err)
 	}
 
 	b.key(t, "old-1", time.Millisecond, true)
@@ -140,7 +139,8 @@ func TestHousekeepingJobRecurs(t *testing.T) {
 	}
 
 	testutil.StartWorker(b.ctx, t, b.db.Pool, fenceq.Config{Handlers: hs, LeaseDuration: 5 * time.Second,
-		ReaperInterval: 50 * time.Millisecond, PollInterval: 50 * time.Millisecond, Logger: testutil.QuietLogger()})
+		ReaperInterval: 50 * time.Millisecond, PollInterval: 50 * time.Millisecond, Logger: testutil.QuietLogger(),
+		Periodic: []*fenceq.PeriodicJob{sched}, PeriodicInterval: 100 * time.Millisecond})
 	b.waitFor(t, "the job to delete the expired finished keys", func() bool {
 		return b.keys(t, `state = 'finished' AND key LIKE 'old-%'`) == 0
 	})
@@ -149,24 +149,52 @@ func TestHousekeepingJobRecurs(t *testing.T) {
 		err := b.db.Pool.QueryRow(b.ctx, `SELECT state, COALESCE(last_error, '') FROM fenceq_outbox WHERE id = $1`, orphan.ID).Scan(&state, &reason)
 		return err == nil && state == "failed" && strings.HasPrefix(reason, "orphaned:")
 	})
-	// A key that expires later is deleted by a later run of the same job row.
+	// A key that expires later is deleted by a later slot's job.
 	b.key(t, "old-4", time.Millisecond, true)
 	b.waitFor(t, "a later run to delete the new expired key", func() bool {
 		return b.keys(t, `key = 'old-4'`) == 0
 	})
-	j, err := queue.GetJob(b.ctx, b.db.Pool, first.Job.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if j.State.Final() || j.Attempt < 2 || len(j.Errors) != 0 {
-		t.Fatalf("housekeeping job after runs: state %s attempt %d errors %v, want it recurring", j.State, j.Attempt, j.Errors)
-	}
 	if got := b.keys(t, `true`); got != 2 {
 		t.Fatalf("%d keys left, want the in-flight and the fresh key", got)
 	}
-	var jobs int64
-	if err := b.db.Pool.QueryRow(b.ctx, `SELECT count(*) FROM fenceq_jobs WHERE kind = $1`, housekeeping.IdempotencyKind).Scan(&jobs); err != nil || jobs != 1 {
-		t.Fatalf("%d housekeeping jobs (%v), want 1", jobs, err)
+	// Every run is a job of its own that completes, enqueued by the schedule for a slot.
+	rows, err := b.db.Pool.Query(b.ctx, `SELECT id, state, metadata->'periodic'->>'name', metadata->'periodic'->>'slot'
+		FROM fenceq_jobs WHERE kind = $1 ORDER BY id`, housekeeping.IdempotencyKind)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var jobs, completed, onStart int
+	slots := map[string]bool{}
+	for rows.Next() {
+		var id int64
+		var state string
+		var name, slot *string
+		if err := rows.Scan(&id, &state, &name, &slot); err != nil {
+			t.Fatal(err)
+		}
+		if name == nil || *name != housekeeping.PeriodicName {
+			t.Fatalf("job %d: periodic name %v; want %s", id, name, housekeeping.PeriodicName)
+		}
+		switch {
+		case slot == nil:
+			onStart++ // the run at the start (no worker had run a pass before)
+		case slots[*slot]:
+			t.Fatalf("job %d: slot %s enqueued twice", id, *slot)
+		default:
+			slots[*slot] = true
+		}
+		jobs++
+		if state == string(queue.StateCompleted) {
+			completed++
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if jobs < 2 || completed < 2 || onStart != 1 {
+		t.Fatalf("%d housekeeping jobs, %d completed, %d at the start; want at least two runs, each completed, one at the start",
+			jobs, completed, onStart)
 	}
 	if err := housekeeping.Register(hs, housekeeping.Config{Pool: b.db.Pool}); err == nil || errors.Is(err, queue.ErrInvalid) {
 		t.Fatalf("registering the kind twice: %v, want a duplicate-kind error", err)

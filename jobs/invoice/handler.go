@@ -1,7 +1,8 @@
-// Package invoice is the billing system of the first incident in DESIGN.md, rebuilt on
-// fenceq: a billing run enqueues one invoice job per customer and period, and each job
-// writes exactly one invoice and one email outbox row, even when its worker pauses past
-// its lease inside a slow tax call.
+// Package invoice bills customers on fenceq: a billing run enqueues one invoice job per
+// customer and period, and each job writes exactly one invoice and one email outbox row,
+// even when its worker pauses past its lease inside a slow tax call. It is the billing
+// incident fenceq is built against: workers holding per-customer locks that expire
+// mid-invoice, so that a second and third worker bill the same customer again.
 //
 // # How exactly one invoice comes out
 //

@@ -164,7 +164,7 @@ func (b *testBundle) count(t *testing.T, sql string, args ...any) int64 {
 	return n
 }
 
-// checkInvariants asserts the outcome the issue asks for, for every customer with
+// checkInvariants asserts the billing outcome, for every customer with
 // usage: exactly one invoice, written by the lease that completed its job, with exact
 // totals; exactly one email outbox row, delivered; and exactly one message per invoice
 // after the receiver's dedupe by Message-ID.

@@ -6,6 +6,7 @@ import (
 	"math/big"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/fenceq/fenceq/jobs/invoice"
 )
@@ -123,6 +124,25 @@ func TestValidatePeriod(t *testing.T) {
 		err := invoice.ValidatePeriod(bad)
 		if err == nil {
 			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+func TestPreviousPeriod(t *testing.T) {
+	t.Parallel()
+	east := time.FixedZone("UTC+3", 3*3600)
+	for _, c := range []struct {
+		t    time.Time
+		want string
+	}{
+		{time.Date(2026, 3, 15, 12, 0, 0, 0, time.UTC), "2026-02"},
+		{time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), "2025-12"},
+		{time.Date(2026, 3, 31, 23, 59, 0, 0, time.UTC), "2026-02"},
+		// 1 March 01:00 at UTC+3 is still February in UTC.
+		{time.Date(2026, 3, 1, 1, 0, 0, 0, east), "2026-01"},
+	} {
+		if got := invoice.PreviousPeriod(c.t); got != c.want {
+			t.Errorf("PreviousPeriod(%s) = %s, want %s", c.t, got, c.want)
 		}
 	}
 }

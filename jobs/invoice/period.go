@@ -26,3 +26,10 @@ func ValidatePeriod(period string) error {
 	}
 	return nil
 }
+
+// PreviousPeriod returns the calendar month (UTC) before the one t falls in, as
+// YYYY-MM: the period a billing run bills unless told otherwise.
+func PreviousPeriod(t time.Time) string {
+	t = t.UTC()
+	return time.Date(t.Year(), t.Month(), 1, 0, 0, 0, 0, time.UTC).AddDate(0, -1, 0).Format("2006-01")
+}

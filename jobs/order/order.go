@@ -1,6 +1,8 @@
 // Package order places orders exactly once per idempotency key, however often a client
-// retries: the fix for the second incident in DESIGN.md, where retries every 300 ms met
-// a 400–600 ms lagging idempotency index and created duplicate orders.
+// retries. It is the order incident fenceq is built against: an idempotency check that
+// reads an eventually consistent index before writing lets retries that arrive faster
+// than the index catches up (every 300 ms against 400–600 ms of lag) create duplicate
+// orders. Here the check and the write are one atomic conditional insert.
 //
 // # How a placement decides
 //

@@ -1,6 +1,7 @@
--- The schema as migrations 000001–000008 of the single migration set left it, before the
--- built-in jobs' tables had sets of their own, with rows in every table. Used by
--- TestUpgradeFromSingleSetSchema.
+-- A schema at version 8 of a single migration set that holds both the core's tables and
+-- the built-in jobs' business tables (versions 3 and 5 create the billing and order
+-- tables), with rows in every table. TestUpgradeFromSingleSetSchema migrates it to the
+-- per-job sets and checks that every row and constraint is kept.
 
 -- 000001_create_core.up.sql
 

@@ -3,8 +3,9 @@
 -- UNIQUE (idempotency_key) is the last line of defence behind fenceq_idempotency_keys:
 -- it also holds after the key's idempotency record expired and was cleaned up.
 --
--- IF NOT EXISTS: a schema migrated before these tables had a set of their own already
--- has them, and keeps them with their rows.
+-- IF NOT EXISTS: a schema that already holds these tables (a single migration set that
+-- created them together with the core's, up to its version 8) keeps them and their
+-- rows, and this set takes them over.
 CREATE TABLE IF NOT EXISTS orders (
     id              bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     idempotency_key text        NOT NULL,

@@ -1,4 +1,4 @@
-package cli
+package demo
 
 import (
 	"bufio"
@@ -16,13 +16,14 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/fenceq/fenceq/internal/httpserver"
 	"github.com/fenceq/fenceq/jobs/order"
 )
 
 // startOrders serves the real orders API on 127.0.0.1:0. Its commits are slowed to
 // 400–600 ms, the lag that let retries through in the incident: here the retries meet
 // the first request's open transaction at the idempotency key's unique index instead.
-func (r *demoRun) startOrders(ctx context.Context) (*httpServer, func(), error) {
+func (r *demoRun) startOrders(ctx context.Context) (*httpserver.Server, func(), error) {
 	cfg, err := pgxpool.ParseConfig(r.url)
 	if err != nil {
 		return nil, nil, fmt.Errorf("demo: %w", err)
@@ -47,7 +48,7 @@ func (r *demoRun) startOrders(ctx context.Context) (*httpServer, func(), error) 
 		pool.Close()
 		return nil, nil, fmt.Errorf("demo: %w", err)
 	}
-	srv, err := startHTTP("127.0.0.1:0", svc.Handler(), r.log, "orders API")
+	srv, err := httpserver.Start("127.0.0.1:0", svc.Handler(), r.log, "orders API")
 	if err != nil {
 		pool.Close()
 		return nil, nil, err

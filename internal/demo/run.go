@@ -1,4 +1,4 @@
-package cli
+package demo
 
 import (
 	"context"
@@ -22,7 +22,7 @@ import (
 
 // demoRun is one run of the demo in its schema.
 type demoRun struct {
-	cfg    DemoConfig
+	cfg    Scale
 	url    string
 	pool   *pgxpool.Pool
 	log    *slog.Logger
@@ -57,7 +57,7 @@ type demoCounts struct {
 
 func (r *demoRun) counts(ctx context.Context) (demoCounts, error) {
 	var d demoCounts
-	err := r.pool.QueryRow(ctx, sqlDemoProgress).Scan(&d.invoices, &d.unfinishedInvoiceJobs, &d.orders, &d.delivered,
+	err := r.pool.QueryRow(ctx, sqlProgress).Scan(&d.invoices, &d.unfinishedInvoiceJobs, &d.orders, &d.delivered,
 		&d.pending, &d.revoked, &d.stale, &d.alive)
 	if err != nil {
 		return d, fmt.Errorf("demo: read progress: %w", err)
@@ -65,10 +65,10 @@ func (r *demoRun) counts(ctx context.Context) (demoCounts, error) {
 	return d, nil
 }
 
-func (r *demoRun) run(ctx context.Context) (*DemoReport, error) {
-	r.period = lastMonth()
+func (r *demoRun) run(ctx context.Context) (*Report, error) {
+	r.period = invoice.PreviousPeriod(time.Now())
 	r.m = metrics.New()
-	rep := &DemoReport{Config: r.cfg, Period: r.period}
+	rep := &Report{Config: r.cfg, Period: r.period}
 	if _, err := invoice.SeedCustomers(ctx, r.pool, r.cfg.Customers, r.period); err != nil {
 		return nil, fmt.Errorf("demo: seed customers: %w", err)
 	}
@@ -123,7 +123,7 @@ func (r *demoRun) run(ctx context.Context) (*DemoReport, error) {
 	if err != nil {
 		return nil, fmt.Errorf("demo: billing run: %w", err)
 	}
-	rows, err := r.pool.Query(ctx, sqlDemoJobIDs, invoice.Kind)
+	rows, err := r.pool.Query(ctx, sqlJobIDs, invoice.Kind)
 	if err != nil {
 		return nil, fmt.Errorf("demo: list invoice jobs: %w", err)
 	}
@@ -182,7 +182,7 @@ func (r *demoRun) run(ctx context.Context) (*DemoReport, error) {
 	rep.Invoices, rep.Orders, rep.LeasesRevoked, rep.StaleWritesRejected, rep.ExpiredHolderAlive =
 		d.invoices, d.orders, d.revoked, d.stale, d.alive
 	rep.Storm = *storm
-	if err := r.pool.QueryRow(ctx, sqlDemoEmails).Scan(&rep.InvoiceEmails, &rep.OrderEmails); err != nil {
+	if err := r.pool.QueryRow(ctx, sqlEmails).Scan(&rep.InvoiceEmails, &rep.OrderEmails); err != nil {
 		return nil, fmt.Errorf("demo: count emails: %w", err)
 	}
 	for _, t := range taxes {

@@ -1,4 +1,4 @@
-package cli
+package demo
 
 import (
 	"context"
@@ -128,7 +128,7 @@ func (p *pauser) freeze(i int, worker string, call invoice.TaxCall) {
 	key := invoice.UniqueKey(call.Request.CustomerID, call.Request.Period)
 	info := &PauseReport{Worker: worker, CustomerID: call.Request.CustomerID}
 	var state, holder string
-	if err := r.pool.QueryRow(ctx, sqlDemoJobHolder, key, invoice.Kind).Scan(&info.JobID, &state, &holder, &info.Gen); err != nil {
+	if err := r.pool.QueryRow(ctx, sqlJobHolder, key, invoice.Kind).Scan(&info.JobID, &state, &holder, &info.Gen); err != nil {
 		r.pr.say("cannot find the job of customer %d: %v; no pause", call.Request.CustomerID, err)
 		return
 	}
@@ -144,7 +144,7 @@ func (p *pauser) freeze(i int, worker string, call invoice.TaxCall) {
 	deadline := start.Add(10*r.cfg.Lease + 5*time.Second)
 	for ctx.Err() == nil {
 		var id, gen int64
-		if err := r.pool.QueryRow(ctx, sqlDemoJobHolder, key, invoice.Kind).Scan(&id, &state, &holder, &gen); err != nil {
+		if err := r.pool.QueryRow(ctx, sqlJobHolder, key, invoice.Kind).Scan(&id, &state, &holder, &gen); err != nil {
 			if ctx.Err() == nil {
 				r.pr.say("pause: read job %d: %v", info.JobID, err)
 			}
@@ -170,7 +170,7 @@ func (p *pauser) freeze(i int, worker string, call invoice.TaxCall) {
 	// A resumed process's heartbeat often runs before its handler threads: let it notice.
 	noticeBy := time.Now().Add(8 * r.heartbeat())
 	for ctx.Err() == nil && time.Now().Before(noticeBy) {
-		if err := r.pool.QueryRow(ctx, sqlDemoHolderNoticed, info.JobID, worker).Scan(&info.Noticed); err != nil || info.Noticed {
+		if err := r.pool.QueryRow(ctx, sqlHolderNoticed, info.JobID, worker).Scan(&info.Noticed); err != nil || info.Noticed {
 			break
 		}
 		sleepCtx(ctx, 50*time.Millisecond)
@@ -189,11 +189,11 @@ func (p *pauser) report(ctx context.Context) (*PauseReport, error) {
 	if info == nil {
 		return nil, nil
 	}
-	err := p.r.pool.QueryRow(ctx, sqlDemoInvoiceWriter, info.CustomerID, p.r.period).Scan(&info.TakenBy)
+	err := p.r.pool.QueryRow(ctx, sqlInvoiceWriter, info.CustomerID, p.r.period).Scan(&info.TakenBy)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("demo: read invoice of customer %d: %w", info.CustomerID, err)
 	}
-	if err := p.r.pool.QueryRow(ctx, sqlDemoStaleWritesOf, info.JobID, info.Gen).Scan(&info.StaleWrites); err != nil {
+	if err := p.r.pool.QueryRow(ctx, sqlStaleWritesOf, info.JobID, info.Gen).Scan(&info.StaleWrites); err != nil {
 		return nil, fmt.Errorf("demo: count stale writes of job %d: %w", info.JobID, err)
 	}
 	return info, nil
