@@ -41,7 +41,7 @@ func (w *Worker) heartbeatOnce(ctx context.Context) {
 	cancel()
 	if err != nil {
 		if ctx.Err() == nil {
-			w.obs.HeartbeatFailed(err)
+			w.hooks.heartbeatFailed(ctx, err)
 			w.log.Warn("heartbeat failed; jobs are cancelled if no renewal is confirmed before their local deadline",
 				"leases", len(leases), "err", err)
 		}
@@ -54,7 +54,11 @@ func (w *Worker) heartbeatOnce(ctx context.Context) {
 	}
 	if len(res.Lost) > 0 {
 		for _, l := range res.Lost {
-			execs[keyOf(l)].cancel(ErrLeaseLost)
+			e := execs[keyOf(l)]
+			// The job stops at once; the hooks are told below, once the lost lease is
+			// recorded, and before they hear that the attempt ended.
+			e.holdFinish()
+			e.cancel(ErrLeaseLost)
 		}
 		ectx, cancel := context.WithTimeout(ctx, w.cfg.WriteTimeout)
 		alive, err := queue.RecordLeasesLost(ectx, w.pool, w.cfg.ID, res.Lost)
@@ -67,10 +71,12 @@ func (w *Worker) heartbeatOnce(ctx context.Context) {
 			aliveSet[id] = true
 		}
 		for _, l := range res.Lost {
-			w.obs.LeaseLost(l, aliveSet[l.JobID])
+			e := execs[keyOf(l)]
+			w.hooks.leaseLost(e.hookCtx(), e.row, aliveSet[l.JobID])
+			e.releaseFinish()
 			if aliveSet[l.JobID] {
 				w.log.Error("lease expired while its holder was still running the job; job cancelled here",
-					"job_id", l.JobID, "lease_gen", l.Gen, "kind", execs[keyOf(l)].row.Kind)
+					"job_id", l.JobID, "lease_gen", l.Gen, "kind", e.row.Kind)
 			} else {
 				w.log.Warn("lease lost; job cancelled here", "job_id", l.JobID, "lease_gen", l.Gen)
 			}
@@ -123,11 +129,20 @@ func (w *Worker) runCompleter() {
 
 func (w *Worker) flushCompletions(batch []*execution) {
 	leases := make([]Lease, len(batch))
+	// outputs stays nil unless a job of the batch recorded output. The executions are
+	// sealed (their handlers returned before they were queued), so output is final.
+	var outputs [][]byte
 	for i, e := range batch {
 		leases[i] = e.lease
+		if e.output != nil {
+			if outputs == nil {
+				outputs = make([][]byte, len(batch))
+			}
+			outputs[i] = e.output
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), w.cfg.WriteTimeout)
-	lost, err := queue.CompleteMany(ctx, w.pool, w.cfg.ID, leases)
+	lost, err := queue.CompleteManyWithOutputs(ctx, w.pool, w.cfg.ID, leases, outputs)
 	cancel()
 	if err != nil {
 		// Outcome unknown: settle each one on its own, looking before writing again. The
@@ -139,21 +154,21 @@ func (w *Worker) flushCompletions(batch []*execution) {
 			state, landed, lerr := queue.Landed(lctx, w.pool, e.lease)
 			cancel()
 			if lerr == nil && landed && state == queue.StateCompleted {
-				e.finish(OutcomeCompleted)
+				e.finish(OutcomeCompleted, nil)
 				continue
 			}
 			werr := w.fencedWrite(context.Background(), e, "complete", func(ctx context.Context) error {
-				return queue.Complete(ctx, w.pool, e.lease)
+				return queue.CompleteWithOutput(ctx, w.pool, e.lease, e.output)
 			})
 			switch {
 			case werr == nil:
-				e.finish(OutcomeCompleted)
+				e.finish(OutcomeCompleted, nil)
 			case errors.Is(werr, ErrLeaseLost):
-				e.finish(OutcomeLeaseLost)
+				e.finish(OutcomeLeaseLost, werr)
 			default:
 				w.log.Error("could not complete job; the lease will expire and the job run again",
 					"job_id", e.lease.JobID, "err", werr)
-				e.finish(OutcomeUnknown)
+				e.finish(OutcomeUnknown, werr)
 			}
 		}
 		return
@@ -164,15 +179,15 @@ func (w *Worker) flushCompletions(batch []*execution) {
 			lostSet = make(map[leaseKey]bool, len(lost))
 		}
 		lostSet[keyOf(l)] = true
-		w.obs.StaleWriteRejected("complete", l)
-		w.log.Warn("completion rejected: lease lost", "job_id", l.JobID, "lease_gen", l.Gen)
 	}
 	for _, e := range batch {
-		if lostSet[keyOf(e.lease)] {
-			e.finish(OutcomeLeaseLost)
-		} else {
-			e.finish(OutcomeCompleted)
+		if !lostSet[keyOf(e.lease)] {
+			e.finish(OutcomeCompleted, nil)
+			continue
 		}
+		w.hooks.staleWriteRejected(e.hookCtx(), e.row, "complete")
+		w.log.Warn("completion rejected: lease lost", "job_id", e.lease.JobID, "lease_gen", e.lease.Gen)
+		e.finish(OutcomeLeaseLost, fmt.Errorf("complete job %d at lease generation %d: %w", e.lease.JobID, e.lease.Gen, ErrLeaseLost))
 	}
 }
 
@@ -209,7 +224,7 @@ func (w *Worker) reapOnce(ctx context.Context) {
 			break
 		}
 		for _, r := range revs {
-			w.obs.LeaseRevoked(r)
+			w.hooks.leaseRevoked(ctx, r)
 			if r.HolderAlive {
 				w.log.Error("lease expired while its holder process was alive; revoked",
 					"job_id", r.JobID, "lease_gen", r.Gen, "holder", r.Holder, "kind", r.Kind, "now", r.State)
@@ -343,7 +358,7 @@ func (w *Worker) periodicPass(ctx context.Context) (time.Duration, error) {
 	}
 	for name, n := range enqueued {
 		if n > 0 {
-			w.obs.PeriodicEnqueued(name, n)
+			w.hooks.periodicEnqueued(pctx, name, n)
 		}
 	}
 	for name, err := range plan.broken {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/fenceq/fenceq"
+	"github.com/fenceq/fenceq/fenceqtest"
 	"github.com/fenceq/fenceq/queue"
 )
 
@@ -56,7 +57,7 @@ func TestWorkerClaimsBehindItsCursorUnderLoad(t *testing.T) {
 	if urgent.Job.Priority != 0 {
 		t.Fatalf("urgent job enqueued at priority %d, want 0", urgent.Job.Priority)
 	}
-	done := b.waitState(t, urgent.Job.ID, queue.StateCompleted, 10*time.Second)
+	done := fenceqtest.WaitState(t, b.db.Pool, urgent.Job.ID, queue.StateCompleted, 10*time.Second)
 	var left int
 	if err := b.db.Pool.QueryRow(b.ctx, `SELECT count(*) FROM fenceq_jobs WHERE state = 'available' AND finished_at IS NULL AND created_at <= $1`,
 		done.FinishedAt).Scan(&left); err != nil {

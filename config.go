@@ -95,8 +95,18 @@ type Config struct {
 	DisablePeriodic bool
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
-	// Observer receives counters for metrics. Defaults to a no-op.
-	Observer Observer
+	// Hooks observe the worker's lifecycle events (jobs started and finished, leases
+	// lost and revoked, stale writes rejected, heartbeats failed), for metrics and
+	// tracing: each is a Hook, called in the order given. Defaults to none.
+	Hooks []Hook
+	// Middleware wraps the work of every job this worker runs, outside the kind's own
+	// (HandlerOpts.Middleware), the first outermost. Defaults to none.
+	Middleware []Middleware
+	// InsertMiddleware wraps the enqueues made inside this worker's handlers — Enqueue
+	// and EnqueueMany with the handler's context, and so the delivery jobs outbox.Insert
+	// enqueues inside Job.Commit — the first outermost. Give an application's own
+	// enqueues the same middleware with an Inserter. Defaults to none.
+	InsertMiddleware []InsertMiddleware
 }
 
 func (c Config) withDefaults() Config {
@@ -151,9 +161,6 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	if c.Observer == nil {
-		c.Observer = NopObserver{}
-	}
 	return c
 }
 
@@ -199,6 +206,19 @@ func (c Config) validate() error {
 	if _, err := c.periodicParams(); err != nil {
 		return err
 	}
+	for i, mw := range c.Middleware {
+		if mw == nil {
+			return fmt.Errorf("config: Middleware[%d]: nil", i)
+		}
+	}
+	for i, mw := range c.InsertMiddleware {
+		if mw == nil {
+			return fmt.Errorf("config: InsertMiddleware[%d]: nil", i)
+		}
+	}
+	if _, err := newHookSet(c.Hooks); err != nil {
+		return err
+	}
 	for name, n := range map[string]int{"ClaimBatchSize": c.ClaimBatchSize,
 		"CompleteBatchSize": c.CompleteBatchSize, "ReapBatchSize": c.ReapBatchSize,
 		"PruneBatchSize": c.PruneBatchSize} {
@@ -229,58 +249,3 @@ func (c Config) periodicParams() ([]PeriodicParams, error) {
 	}
 	return out, nil
 }
-
-// Outcome is how one attempt of a job ended, as reported to the Observer.
-type Outcome string
-
-// Outcomes.
-const (
-	OutcomeCompleted Outcome = "completed"
-	OutcomeRetried   Outcome = "retried"
-	OutcomeDiscarded Outcome = "discarded"
-	OutcomeCancelled Outcome = "cancelled"
-	OutcomeSnoozed   Outcome = "snoozed"
-	OutcomeLeaseLost Outcome = "lease_lost"
-	OutcomeReleased  Outcome = "released"
-	OutcomeUnknown   Outcome = "unknown"
-)
-
-// Observer receives the worker's events, for metrics. Methods must be fast and safe for
-// concurrent use.
-type Observer interface {
-	JobClaimed(queue, kind string)
-	JobFinished(queue, kind string, outcome Outcome, d time.Duration)
-	LeaseRevoked(r Revocation)
-	LeaseLost(l Lease, holderAlive bool)
-	StaleWriteRejected(op string, l Lease)
-	HeartbeatFailed(err error)
-	// PeriodicEnqueued: a scheduling pass of this worker committed n jobs of the
-	// periodic schedule name.
-	PeriodicEnqueued(name string, n int)
-}
-
-// NopObserver ignores every event.
-type NopObserver struct{}
-
-// JobClaimed implements Observer.
-func (NopObserver) JobClaimed(string, string) {}
-
-// JobFinished implements Observer.
-func (NopObserver) JobFinished(string, string, Outcome, time.Duration) {}
-
-// LeaseRevoked implements Observer.
-func (NopObserver) LeaseRevoked(Revocation) {}
-
-// LeaseLost implements Observer.
-func (NopObserver) LeaseLost(Lease, bool) {}
-
-// StaleWriteRejected implements Observer.
-func (NopObserver) StaleWriteRejected(string, Lease) {}
-
-// HeartbeatFailed implements Observer.
-func (NopObserver) HeartbeatFailed(error) {}
-
-// PeriodicEnqueued implements Observer.
-func (NopObserver) PeriodicEnqueued(string, int) {}
-
-var _ Observer = NopObserver{}

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/fenceq/fenceq"
-	"github.com/fenceq/fenceq/internal/dbtest"
+	"github.com/fenceq/fenceq/fenceqtest"
 )
 
 type taggedArgs struct{}
@@ -25,7 +25,7 @@ func TestEnqueueMergesMetadata(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	db := dbtest.New(t)
+	db := fenceqtest.New(t, nil)
 	res, err := fenceq.Enqueue(ctx, db.Pool, taggedArgs{}, &fenceq.InsertOpts{Metadata: map[string]any{"origin": "caller", "n": 1}})
 	if err != nil {
 		t.Fatal(err)

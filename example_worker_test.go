@@ -11,8 +11,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fenceq/fenceq"
+	"github.com/fenceq/fenceq/fenceqtest"
 	"github.com/fenceq/fenceq/internal/connstr"
-	"github.com/fenceq/fenceq/internal/dbtest"
 	"github.com/fenceq/fenceq/migrations"
 )
 
@@ -79,7 +79,11 @@ func Example() {
 }
 
 func exampleSchema(ctx context.Context) (*pgxpool.Pool, func()) {
-	admin, err := pgx.Connect(ctx, dbtest.BaseURL())
+	base, err := fenceqtest.ServerURL()
+	if err != nil {
+		log.Fatal(err)
+	}
+	admin, err := pgx.Connect(ctx, base)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -87,7 +91,7 @@ func exampleSchema(ctx context.Context) (*pgxpool.Pool, func()) {
 	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
 		log.Fatal(err)
 	}
-	pool, err := pgxpool.New(ctx, connstr.WithSearchPath(dbtest.BaseURL(), schema))
+	pool, err := pgxpool.New(ctx, connstr.WithSearchPath(base, schema))
 	if err != nil {
 		log.Fatal(err)
 	}

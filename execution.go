@@ -20,9 +20,12 @@ type execution struct {
 	row     *JobRow
 	lease   Lease
 	handler *handlerEntry
-	ctx     context.Context
 	cancel  context.CancelCauseFunc
-	start   time.Time
+	// jctx is the context handed to middleware and the handler: a cancellable context
+	// (cancelled by cancel), answering also for the execution and the worker's
+	// Inserter (see jobContext).
+	jctx  jobContext
+	start time.Time
 	// deadline cancels the job when no renewal is confirmed in time (monotonic clock).
 	deadline *time.Timer
 
@@ -34,6 +37,16 @@ type execution struct {
 	// completing: the handler succeeded and its completion is being queued for the
 	// completer; Stop leaves it to the completer instead of releasing the lease.
 	completing bool
+	// sealed is set when the handler has returned: output is final from then on, and
+	// the completion reads it without the lock.
+	sealed  bool
+	output  []byte          // recorded by RecordOutput, written with the completion
+	workCtx context.Context // the innermost context middleware handed on (hookCtx)
+	// While lostHold is set, the heartbeat that found the lease lost has yet to call
+	// the LeaseLost hooks; finish leaves the JobFinished hooks to it (pending), so that
+	// they are told of the lost lease before the attempt's end.
+	lostHold bool
+	pending  *AttemptResult
 }
 
 func (e *execution) markReleased() bool {
@@ -66,6 +79,15 @@ func (e *execution) flags() (committed, released bool) {
 	return e.committed, e.released
 }
 
+// seal marks the handler returned (RecordOutput refuses from then on) and returns the
+// flags.
+func (e *execution) seal() (committed, released bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.sealed = true
+	return e.committed, e.released
+}
+
 // extend moves the local lease deadline to sent + lease - margin, where sent is the
 // monotonic time the confirmed renewal (or the claim) was sent.
 func (e *execution) extend(sent time.Time) {
@@ -83,14 +105,15 @@ func (e *execution) commit(ctx context.Context, fn func(ctx context.Context, tx 
 		return fmt.Errorf("commit job %d: lease released on shutdown: %w", e.lease.JobID, ErrLeaseLost)
 	}
 	var fnErr error
-	err := queue.WithLease(ctx, w.pool, e.lease, queue.LeaseTx{Complete: true}, func(ctx context.Context, tx pgx.Tx) error {
+	how := queue.LeaseTx{Complete: true, Output: e.recordedOutput}
+	err := queue.WithLease(ctx, w.pool, e.lease, how, func(ctx context.Context, tx pgx.Tx) error {
 		fnErr = fn(ctx, tx)
 		return fnErr
 	})
 	switch {
 	case err == nil:
 	case errors.Is(err, ErrLeaseLost):
-		w.obs.StaleWriteRejected("commit", e.lease)
+		w.hooks.staleWriteRejected(e.hookCtx(), e.row, "commit")
 		w.log.Warn("fenced commit rejected: lease lost", "job_id", e.lease.JobID, "lease_gen", e.lease.Gen, "kind", e.row.Kind)
 		return err
 	case fnErr != nil:
@@ -112,12 +135,21 @@ func (e *execution) commit(ctx context.Context, fn func(ctx context.Context, tx 
 }
 
 func (w *Worker) startExecution(row *JobRow, sent time.Time) {
-	h := w.cfg.Handlers.m[row.Kind]
-	e := &execution{w: w, row: row, lease: queue.LeaseOf(row), handler: h, start: time.Now()}
 	// Not a child of a worker-wide context: registering every job with one parent would
 	// take the parent's lock and a map entry per job at start and at finish; Stop
 	// cancels the jobs it has to one by one.
-	e.ctx, e.cancel = context.WithCancelCause(context.Background())
+	e := w.newExecution(context.Background(), row, sent)
+	w.runners.run(e.run)
+}
+
+// newExecution tracks a claimed job under its lease: its context (a child of parent),
+// its local lease deadline, its queue slot. sent is the monotonic time the claim was
+// sent.
+func (w *Worker) newExecution(parent context.Context, row *JobRow, sent time.Time) *execution {
+	h := w.cfg.Handlers.m[row.Kind]
+	e := &execution{w: w, row: row, lease: queue.LeaseOf(row), handler: h, start: time.Now()}
+	ctx, cancel := context.WithCancelCause(parent)
+	e.cancel, e.jctx = cancel, jobContext{Context: ctx, e: e}
 	e.deadline = time.AfterFunc(time.Until(sent.Add(w.cfg.LeaseDuration-w.cfg.LeaseMargin)), func() {
 		e.cancel(ErrLeaseDeadline)
 	})
@@ -126,41 +158,44 @@ func (w *Worker) startExecution(row *JobRow, sent time.Time) {
 	w.running[row.Queue]++
 	w.mu.Unlock()
 	w.execWG.Add(1)
-	w.obs.JobClaimed(row.Queue, row.Kind)
-	w.runners.run(e.run)
+	w.hooks.jobStarted(&e.jctx, row)
+	return e
 }
 
 func (e *execution) run() {
-	w := e.w
+	trace, cause, err := e.call()
+	e.settle(err, trace, cause)
+}
+
+// call runs the job's handler. It returns the handler's error, the stack trace of a
+// panic, and why the handler's context ended, if it did.
+func (e *execution) call() (trace string, cause, err error) {
 	if e.handler == nil {
-		err := fmt.Errorf("no handler registered for kind %q on worker %s", e.row.Kind, w.cfg.ID)
-		e.settle(err, "", nil)
-		return
+		return "", nil, fmt.Errorf("no handler registered for kind %q on worker %s", e.row.Kind, e.w.cfg.ID)
 	}
-	ctx := e.ctx
+	ctx := context.Context(&e.jctx)
 	if t := e.handler.opts.Timeout; t > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeoutCause(ctx, t, ErrJobTimeout)
 		defer cancel()
 	}
-	var trace string
-	err := func() (err error) {
+	err = func() (err error) {
 		defer func() {
 			if r := recover(); r != nil {
 				trace = string(debug.Stack())
 				err = &PanicError{Value: r, Stack: trace}
 			}
 		}()
-		return e.handler.run(ctx, e.row, e)
+		return e.work(ctx)
 	}()
-	e.settle(err, trace, context.Cause(ctx))
+	return trace, context.Cause(ctx), err
 }
 
 // settle writes the attempt's outcome under the lease. cause is why the handler's
 // context ended, if it did.
 func (e *execution) settle(err error, trace string, cause error) {
 	w := e.w
-	committed, released := e.flags()
+	committed, released := e.seal()
 	// Built only when something is logged: the common path (success) logs nothing.
 	log := func() *slog.Logger {
 		return w.log.With("job_id", e.lease.JobID, "lease_gen", e.lease.Gen, "kind", e.row.Kind, "queue", e.row.Queue)
@@ -175,15 +210,19 @@ func (e *execution) settle(err error, trace string, cause error) {
 		if err != nil {
 			log().Warn("handler returned an error after its fenced commit; the job stays completed", "err", err)
 		}
-		e.finish(OutcomeCompleted)
+		e.finish(OutcomeCompleted, nil)
 		return
 	case released:
-		e.finish(OutcomeReleased)
+		e.finish(OutcomeReleased, nil)
 		return
 	case errors.Is(cause, ErrLeaseLost) || errors.Is(err, ErrLeaseLost):
 		// Any write would be rejected; the job belongs to someone else now.
 		log().Warn("job stopped: lease lost", "err", err)
-		e.finish(OutcomeLeaseLost)
+		lost := err
+		if !errors.Is(err, ErrLeaseLost) {
+			lost = cause
+		}
+		e.finish(OutcomeLeaseLost, lost)
 		return
 	case err == nil:
 		// The handler is done: once the completion is queued (the queue is bounded, so a
@@ -191,7 +230,7 @@ func (e *execution) settle(err error, trace string, cause error) {
 		// completion waits for its batch. The lease stays tracked (and heartbeated) until
 		// finish.
 		if !e.beginCompletion() {
-			e.finish(OutcomeReleased) // Stop released the lease as the handler returned
+			e.finish(OutcomeReleased, nil) // Stop released the lease as the handler returned
 			return
 		}
 		w.enqueueCompletion(e)
@@ -225,18 +264,19 @@ func (e *execution) settle(err error, trace string, cause error) {
 			return ferr
 		}
 	})
+	res := err
 	switch {
 	case errors.Is(werr, ErrLeaseLost):
-		outcome = OutcomeLeaseLost
+		outcome, res = OutcomeLeaseLost, werr
 	case werr != nil:
 		log().Error("could not record the job's outcome; the lease will expire and the job run again", "err", werr)
-		outcome = OutcomeUnknown
+		outcome, res = OutcomeUnknown, werr
 	case errors.As(err, &panicE):
 		log().Error("handler panicked", "panic", fmt.Sprint(panicE.Value), "outcome", outcome)
 	default:
 		log().Info("job attempt failed", "err", err, "attempt", e.row.Attempt, "outcome", outcome)
 	}
-	e.finish(outcome)
+	e.finish(outcome, res)
 }
 
 // fencedWrite runs one lease write with a timeout, retrying transient failures. Before a
@@ -265,7 +305,7 @@ func (w *Worker) fencedWrite(ctx context.Context, e *execution, op string, write
 			return nil
 		}
 		if errors.Is(err, ErrLeaseLost) {
-			w.obs.StaleWriteRejected(op, e.lease)
+			w.hooks.staleWriteRejected(e.hookCtx(), e.row, op)
 			return err
 		}
 		w.log.Warn("lease write failed; retrying", "op", op, "job_id", e.lease.JobID, "err", err)
@@ -273,8 +313,9 @@ func (w *Worker) fencedWrite(ctx context.Context, e *execution, op string, write
 	return err
 }
 
-// finish ends the execution: the lease is no longer tracked and the slot is free.
-func (e *execution) finish(outcome Outcome) {
+// finish ends the execution: the lease is no longer tracked and the slot is free. err
+// is the error behind the outcome (AttemptResult.Err).
+func (e *execution) finish(outcome Outcome, err error) {
 	w := e.w
 	e.mu.Lock()
 	if e.finished {
@@ -289,8 +330,44 @@ func (e *execution) finish(outcome Outcome) {
 	delete(w.execs, keyOf(e.lease))
 	w.mu.Unlock()
 	e.freeSlot()
-	w.obs.JobFinished(e.row.Queue, e.row.Kind, outcome, time.Since(e.start))
+	if len(w.hooks.finished) > 0 {
+		e.finishedHooks(AttemptResult{Outcome: outcome, Err: err, Duration: time.Since(e.start)})
+	}
 	w.execWG.Done()
+}
+
+// finishedHooks calls the JobFinished hooks, or leaves them to the heartbeat that holds
+// them back (holdFinish) until it has called the LeaseLost hooks.
+func (e *execution) finishedHooks(res AttemptResult) {
+	e.mu.Lock()
+	if e.lostHold {
+		held := res // copied to the heap only here, not on every call
+		e.pending = &held
+		e.mu.Unlock()
+		return
+	}
+	e.mu.Unlock()
+	e.w.hooks.jobFinished(e.hookCtx(), e.row, res)
+}
+
+// holdFinish holds back the JobFinished hooks of the execution until releaseFinish.
+func (e *execution) holdFinish() {
+	e.mu.Lock()
+	e.lostHold = true
+	e.mu.Unlock()
+}
+
+// releaseFinish calls the JobFinished hooks that holdFinish held back, if the execution
+// finished meanwhile.
+func (e *execution) releaseFinish() {
+	e.mu.Lock()
+	e.lostHold = false
+	res := e.pending
+	e.pending = nil
+	e.mu.Unlock()
+	if res != nil {
+		e.w.hooks.jobFinished(e.hookCtx(), e.row, *res)
+	}
 }
 
 // freeSlot gives the execution's queue slot back, once, and wakes the queue's claim

@@ -26,6 +26,9 @@ type HandlerOpts struct {
 	Timeout time.Duration
 	// Backoff overrides the worker's retry policy for this kind.
 	Backoff *Backoff
+	// Middleware wraps the work of this kind's jobs, inside the worker's
+	// (Config.Middleware), the first outermost.
+	Middleware []Middleware
 	// NextRetry, when set, decides when a failed job of this kind runs again: it gets
 	// the job's row and returns the instant of the retry, or the zero time to fall back
 	// to Backoff. Compute the instant from the row's times (AttemptedAt, the database's
@@ -73,6 +76,12 @@ func AddHandlerSafely[T JobArgs](hs *Handlers, fn HandlerFunc[T], opts *HandlerO
 	var o HandlerOpts
 	if opts != nil {
 		o = *opts
+		o.Middleware = append([]Middleware(nil), opts.Middleware...)
+	}
+	for i, mw := range o.Middleware {
+		if mw == nil {
+			return fmt.Errorf("add handler for kind %q: HandlerOpts.Middleware[%d]: nil", kind, i)
+		}
 	}
 	hs.m[kind] = &handlerEntry{opts: o, run: func(ctx context.Context, row *JobRow, e *execution) error {
 		job := &Job[T]{JobRow: row, exec: e}

@@ -97,7 +97,7 @@ func (j *Job[T]) Commit(ctx context.Context, fn func(ctx context.Context, tx pgx
 func (j *Job[T]) WithLease(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) error {
 	err := queue.WithLease(ctx, j.exec.w.pool, j.exec.lease, queue.LeaseTx{}, fn)
 	if errors.Is(err, ErrLeaseLost) {
-		j.exec.w.obs.StaleWriteRejected("with lease", j.exec.lease)
+		j.exec.w.hooks.staleWriteRejected(j.exec.hookCtx(), j.exec.row, "with lease")
 	}
 	return err
 }

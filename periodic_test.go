@@ -13,8 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fenceq/fenceq"
-	"github.com/fenceq/fenceq/internal/dbtest"
-	"github.com/fenceq/fenceq/internal/testutil"
+	"github.com/fenceq/fenceq/fenceqtest"
 	"github.com/fenceq/fenceq/queue"
 )
 
@@ -29,7 +28,7 @@ func (TickArgs) Kind() string { return "tick" }
 const tickQueue = "ticks"
 
 type periodicBundle struct {
-	db  *dbtest.DB
+	db  *fenceqtest.DB
 	ctx context.Context
 	hs  *fenceq.Handlers
 }
@@ -40,13 +39,13 @@ func setupPeriodic(t *testing.T) *periodicBundle {
 	t.Cleanup(cancel)
 	hs := fenceq.NewHandlers()
 	fenceq.AddHandler(hs, func(context.Context, *fenceq.Job[TickArgs]) error { return nil }, nil)
-	return &periodicBundle{db: dbtest.New(t, dbtest.Options{MaxConns: 12}), ctx: ctx, hs: hs}
+	return &periodicBundle{db: fenceqtest.New(t, &fenceqtest.Options{MaxConns: 12}), ctx: ctx, hs: hs}
 }
 
 // config is a worker config that serves the default queue (not the ticks').
 func (b *periodicBundle) config(id string, periodic ...*fenceq.PeriodicJob) fenceq.Config {
 	return fenceq.Config{Handlers: b.hs, ID: id, Periodic: periodic, PollInterval: 50 * time.Millisecond,
-		Logger: testutil.QuietLogger()}
+		Logger: fenceqtest.QuietLogger()}
 }
 
 func (b *periodicBundle) start(t *testing.T, pool *pgxpool.Pool, cfg fenceq.Config) *fenceq.Worker {
@@ -166,7 +165,7 @@ func dbNow(t *testing.T, ctx context.Context, db queue.DBTX) time.Time {
 // waitDBTime waits until the database's clock passes at.
 func waitDBTime(t *testing.T, ctx context.Context, db queue.DBTX, at time.Time, within time.Duration) {
 	t.Helper()
-	testutil.WaitFor(t, "the database's clock to pass "+at.Format(time.RFC3339Nano), within, func() bool {
+	fenceqtest.WaitFor(t, "the database's clock to pass "+at.Format(time.RFC3339Nano), within, func() bool {
 		return dbNow(t, ctx, db).After(at)
 	})
 }
@@ -193,10 +192,10 @@ func TestPeriodicWorkersShareSlots(t *testing.T) {
 	pj := fenceq.NewPeriodicJob("every-second", "@every 1s", TickArgs{N: 7}, &fenceq.PeriodicOpts{Queue: tickQueue})
 	for _, id := range []string{"w1", "w2", "w3"} {
 		cfg := b.config(id, pj)
-		cfg.Observer = obs
+		cfg.Hooks = []fenceq.Hook{obs}
 		b.start(t, b.db.NewPool(t, 4), cfg)
 	}
-	testutil.WaitFor(t, "five slots", 30*time.Second, func() bool {
+	fenceqtest.WaitFor(t, "five slots", 30*time.Second, func() bool {
 		return len(origins(t, b.ctx, b.db.Pool, "every-second")) >= 5
 	})
 	os := origins(t, b.ctx, b.db.Pool, "every-second")
@@ -228,12 +227,11 @@ func TestPeriodicWorkersShareSlots(t *testing.T) {
 }
 
 type countingObserver struct {
-	fenceq.NopObserver
 	mu sync.Mutex
 	n  int
 }
 
-func (o *countingObserver) PeriodicEnqueued(_ string, n int) {
+func (o *countingObserver) PeriodicEnqueued(_ context.Context, _ string, n int) {
 	o.mu.Lock()
 	o.n += n
 	o.mu.Unlock()
@@ -268,7 +266,7 @@ func TestPeriodicMissedSlots(t *testing.T) {
 		return c
 	}
 	w := b.start(t, b.db.Pool, cfg("before"))
-	testutil.WaitFor(t, "three slots of each schedule", 30*time.Second, func() bool {
+	fenceqtest.WaitFor(t, "three slots of each schedule", 30*time.Second, func() bool {
 		return len(origins(t, b.ctx, b.db.Pool, "skip")) >= 3 && len(origins(t, b.ctx, b.db.Pool, "once")) >= 3
 	})
 	stopWorker(t, w)
@@ -280,7 +278,7 @@ func TestPeriodicMissedSlots(t *testing.T) {
 	}
 
 	b.start(t, b.db.Pool, cfg("after"))
-	testutil.WaitFor(t, "three slots after the restart", 30*time.Second, func() bool {
+	fenceqtest.WaitFor(t, "three slots after the restart", 30*time.Second, func() bool {
 		return len(origins(t, b.ctx, b.db.Pool, "skip")) >= before["skip"]+4
 	})
 	// The restart's first pass ran at the run-on-start job's time.
@@ -365,8 +363,8 @@ func TestPeriodicSlotNotEnqueuedAgainAfterPrune(t *testing.T) {
 	hs := fenceq.NewHandlers()
 	fenceq.AddHandler(hs, func(context.Context, *fenceq.Job[noopArgs]) error { return nil }, nil)
 	w := b.start(t, b.db.Pool, fenceq.Config{Handlers: hs, PollInterval: 50 * time.Millisecond,
-		Logger: testutil.QuietLogger()})
-	testutil.WaitFor(t, "a completed periodic job", 30*time.Second, func() bool {
+		Logger: fenceqtest.QuietLogger()})
+	fenceqtest.WaitFor(t, "a completed periodic job", 30*time.Second, func() bool {
 		var n int
 		_ = b.db.Pool.QueryRow(b.ctx, `SELECT count(*) FROM fenceq_jobs WHERE metadata ? 'periodic' AND state = 'completed'`).Scan(&n)
 		return n > 0
@@ -423,7 +421,7 @@ func TestPeriodicPauseSurvivesRestart(t *testing.T) {
 	pj := fenceq.NewPeriodicJob("pausable", "@every 1s", TickArgs{}, &fenceq.PeriodicOpts{Queue: tickQueue})
 	w1 := b.start(t, b.db.NewPool(t, 4), b.config("a1", pj))
 	w2 := b.start(t, b.db.NewPool(t, 4), b.config("a2", pj))
-	testutil.WaitFor(t, "two slots", 30*time.Second, func() bool { return len(origins(t, b.ctx, b.db.Pool, "pausable")) >= 2 })
+	fenceqtest.WaitFor(t, "two slots", 30*time.Second, func() bool { return len(origins(t, b.ctx, b.db.Pool, "pausable")) >= 2 })
 	if _, err := queue.SetPeriodicPaused(b.ctx, b.db.Pool, "pausable", true); err != nil {
 		t.Fatal(err)
 	}
@@ -442,7 +440,7 @@ func TestPeriodicPauseSurvivesRestart(t *testing.T) {
 	waitDBTime(t, b.ctx, b.db.Pool, pausedAt.Add(3*time.Second), 30*time.Second)
 	hb := heartbeat(t, b.ctx, b.db.Pool)
 	waitDBTime(t, b.ctx, b.db.Pool, hb, 30*time.Second)
-	testutil.WaitFor(t, "a pass after three paused slots", 30*time.Second, func() bool {
+	fenceqtest.WaitFor(t, "a pass after three paused slots", 30*time.Second, func() bool {
 		return heartbeat(t, b.ctx, b.db.Pool).After(pausedAt.Add(3 * time.Second))
 	})
 	if got := len(origins(t, b.ctx, b.db.Pool, "pausable")); got != n {
@@ -452,7 +450,7 @@ func TestPeriodicPauseSurvivesRestart(t *testing.T) {
 	if err != nil || resumed.Paused {
 		t.Fatalf("resume: %+v %v", resumed, err)
 	}
-	testutil.WaitFor(t, "a slot after the resume", 30*time.Second, func() bool {
+	fenceqtest.WaitFor(t, "a slot after the resume", 30*time.Second, func() bool {
 		return len(origins(t, b.ctx, b.db.Pool, "pausable")) > n
 	})
 	after := slotsOf(t, origins(t, b.ctx, b.db.Pool, "pausable")[n:])

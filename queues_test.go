@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/fenceq/fenceq"
-	"github.com/fenceq/fenceq/internal/testutil"
+	"github.com/fenceq/fenceq/fenceqtest"
 	"github.com/fenceq/fenceq/queue"
 )
 
@@ -97,7 +97,7 @@ func TestQueuesAtRuntime(t *testing.T) {
 		t.Fatalf("Config().Queues[b] = %d", got)
 	}
 	gated := []int64{enqueue(gateArgs{N: 1}, "b"), enqueue(gateArgs{N: 2}, "b"), enqueue(gateArgs{N: 3}, "b")}
-	testutil.WaitFor(t, "two gated jobs running in b", 10*time.Second, func() bool { n, _ := g.count(); return n == 2 })
+	fenceqtest.WaitFor(t, "two gated jobs running in b", 10*time.Second, func() bool { n, _ := g.count(); return n == 2 })
 	if j, _ := queue.GetJob(b.ctx, b.db.Pool, gated[2]); j.State != queue.StateAvailable {
 		t.Fatalf("third job of b is %s with 2 slots taken", j.State)
 	}
@@ -105,11 +105,11 @@ func TestQueuesAtRuntime(t *testing.T) {
 	if err := w.SetQueueConcurrency("b", 3); err != nil {
 		t.Fatal(err)
 	}
-	testutil.WaitFor(t, "three gated jobs running in b", 10*time.Second, func() bool { n, _ := g.count(); return n == 3 })
+	fenceqtest.WaitFor(t, "three gated jobs running in b", 10*time.Second, func() bool { n, _ := g.count(); return n == 3 })
 	g.release(2)
 	g.release(3)
-	b.waitState(t, gated[1], queue.StateCompleted, 10*time.Second)
-	b.waitState(t, gated[2], queue.StateCompleted, 10*time.Second)
+	fenceqtest.WaitState(t, b.db.Pool, gated[1], queue.StateCompleted, 10*time.Second)
+	fenceqtest.WaitState(t, b.db.Pool, gated[2], queue.StateCompleted, 10*time.Second)
 
 	// Removed while job 1 runs: RemoveQueue returns, the job keeps being heartbeated.
 	if err := w.RemoveQueue(b.ctx, "b"); err != nil {
@@ -122,7 +122,7 @@ func TestQueuesAtRuntime(t *testing.T) {
 	if err := b.db.Pool.QueryRow(b.ctx, `SELECT heartbeat_at FROM fenceq_jobs WHERE id = $1`, gated[0]).Scan(&hb0); err != nil {
 		t.Fatal(err)
 	}
-	testutil.WaitFor(t, "a heartbeat of the removed queue's running job", 10*time.Second, func() bool {
+	fenceqtest.WaitFor(t, "a heartbeat of the removed queue's running job", 10*time.Second, func() bool {
 		var hb time.Time
 		err := b.db.Pool.QueryRow(b.ctx, `SELECT heartbeat_at FROM fenceq_jobs WHERE id = $1`, gated[0]).Scan(&hb)
 		return err == nil && hb.After(hb0)
@@ -130,9 +130,9 @@ func TestQueuesAtRuntime(t *testing.T) {
 	// Still nothing claimed from b: a job of b waits while a job of a, enqueued after
 	// it, is worked.
 	later := enqueue(echoArgs{Value: "b"}, "b")
-	b.waitState(t, enqueue(echoArgs{Value: "a"}, "a"), queue.StateCompleted, 10*time.Second)
+	fenceqtest.WaitState(t, b.db.Pool, enqueue(echoArgs{Value: "a"}, "a"), queue.StateCompleted, 10*time.Second)
 	g.release(1)
-	if j := b.waitState(t, gated[0], queue.StateCompleted, 10*time.Second); j.LeaseGen != 1 {
+	if j := fenceqtest.WaitState(t, b.db.Pool, gated[0], queue.StateCompleted, 10*time.Second); j.LeaseGen != 1 {
 		t.Fatalf("the removed queue's job completed at generation %d, want 1 (never revoked)", j.LeaseGen)
 	}
 	if j, _ := queue.GetJob(b.ctx, b.db.Pool, later); j.State != queue.StateAvailable || j.Attempt != 0 {
@@ -143,7 +143,7 @@ func TestQueuesAtRuntime(t *testing.T) {
 	if err := w.AddQueue(b.ctx, "b", fenceq.QueueConfig{}); err != nil {
 		t.Fatal(err)
 	}
-	b.waitState(t, later, queue.StateCompleted, 10*time.Second)
+	fenceqtest.WaitState(t, b.db.Pool, later, queue.StateCompleted, 10*time.Second)
 
 	if err := w.AddQueue(b.ctx, "b", fenceq.QueueConfig{}); err == nil {
 		t.Fatal("adding a served queue twice succeeded")
@@ -192,7 +192,7 @@ func TestQueuesBeforeStartAndAfterStop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.waitState(t, res.Job.ID, queue.StateCompleted, 10*time.Second)
+	fenceqtest.WaitState(t, b.db.Pool, res.Job.ID, queue.StateCompleted, 10*time.Second)
 	if err := w.Stop(b.ctx); err != nil {
 		t.Fatal(err)
 	}

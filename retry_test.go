@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fenceq/fenceq"
+	"github.com/fenceq/fenceq/fenceqtest"
 	"github.com/fenceq/fenceq/queue"
 )
 
@@ -61,7 +62,7 @@ func TestNextRetryAndKindBackoffDecideRunAt(t *testing.T) {
 	discard := enqueue(retryArgs{Mode: "discard"})
 	kind := enqueue(backoffArgs{})
 
-	j := b.waitState(t, planned, queue.StateRetryable, 10*time.Second)
+	j := fenceqtest.WaitState(t, b.db.Pool, planned, queue.StateRetryable, 10*time.Second)
 	if want := j.AttemptedAt.Add(90 * time.Minute); !j.RunAt.Equal(want) {
 		t.Fatalf("NextRetry: run_at %s, want attempted_at + 90m = %s", j.RunAt, want)
 	}
@@ -69,7 +70,7 @@ func TestNextRetryAndKindBackoffDecideRunAt(t *testing.T) {
 	// failure, recorded with the attempt's error (and kept when the second attempt,
 	// the last, discards the job).
 	var failedAt, runAt time.Time
-	b.waitState(t, past, queue.StateDiscarded, 10*time.Second)
+	fenceqtest.WaitState(t, b.db.Pool, past, queue.StateDiscarded, 10*time.Second)
 	if err := b.db.Pool.QueryRow(b.ctx, `SELECT (errors->0->>'at')::timestamptz, run_at FROM fenceq_jobs WHERE id = $1`, past).
 		Scan(&failedAt, &runAt); err != nil {
 		t.Fatal(err)
@@ -77,10 +78,10 @@ func TestNextRetryAndKindBackoffDecideRunAt(t *testing.T) {
 	if !runAt.Equal(failedAt) {
 		t.Fatalf("NextRetry in the past: run_at %s, want the failure's now() %s", runAt, failedAt)
 	}
-	if j := b.waitState(t, discard, queue.StateDiscarded, 10*time.Second); j.Attempt != 1 {
+	if j := fenceqtest.WaitState(t, b.db.Pool, discard, queue.StateDiscarded, 10*time.Second); j.Attempt != 1 {
 		t.Fatalf("JobDiscard with NextRetry set: attempt %d", j.Attempt)
 	}
-	b.waitState(t, kind, queue.StateRetryable, 10*time.Second)
+	fenceqtest.WaitState(t, b.db.Pool, kind, queue.StateRetryable, 10*time.Second)
 	if err := b.db.Pool.QueryRow(b.ctx, `SELECT (errors->0->>'at')::timestamptz, run_at FROM fenceq_jobs WHERE id = $1`, kind).
 		Scan(&failedAt, &runAt); err != nil {
 		t.Fatal(err)

@@ -24,7 +24,11 @@ type Worker struct {
 	cfg  Config
 	pool *pgxpool.Pool
 	log  *slog.Logger
-	obs  Observer
+	// hooks are Config.Hooks by event.
+	hooks hookSet
+	// inserter carries Config.InsertMiddleware into the handlers' contexts; nil when
+	// there is none.
+	inserter *Inserter
 
 	mu       sync.Mutex
 	execs    map[leaseKey]*execution // by (job id, generation): a job revoked here may be re-claimed here
@@ -120,8 +124,12 @@ func NewWorker(pool *pgxpool.Pool, cfg Config) (*Worker, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	hooks, err := newHookSet(cfg.Hooks)
+	if err != nil {
+		return nil, err
+	}
 	w := &Worker{
-		cfg: cfg, pool: pool, obs: cfg.Observer,
+		cfg: cfg, pool: pool, hooks: hooks,
 		log:      cfg.Logger.With("worker", cfg.ID),
 		execs:    map[leaseKey]*execution{},
 		running:  map[string]int{},
@@ -131,9 +139,11 @@ func NewWorker(pool *pgxpool.Pool, cfg Config) (*Worker, error) {
 		kinds:    cfg.Handlers.Kinds(),
 	}
 	slices.Sort(w.kinds)
-	var err error
 	if w.periodic, err = cfg.periodicParams(); err != nil {
 		return nil, err
+	}
+	if len(cfg.InsertMiddleware) > 0 {
+		w.inserter = NewInserter(cfg.InsertMiddleware...)
 	}
 	for name, q := range cfg.Queues {
 		w.queues[name] = newQueueLoop(name, q.MaxWorkers)

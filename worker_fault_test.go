@@ -13,8 +13,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fenceq/fenceq"
+	"github.com/fenceq/fenceq/fenceqtest"
 	"github.com/fenceq/fenceq/internal/faultproxy"
-	"github.com/fenceq/fenceq/internal/testutil"
 	"github.com/fenceq/fenceq/queue"
 )
 
@@ -136,7 +136,7 @@ func TestPausedHolderCannotWriteAfterRevocation(t *testing.T) {
 	cfgB := b.fastConfig(lease)
 	cfgB.ID = "worker-B"
 	b.startWorker(t, cfgB)
-	done := b.waitState(t, res.Job.ID, queue.StateCompleted, 15*time.Second)
+	done := fenceqtest.WaitState(t, b.db.Pool, res.Job.ID, queue.StateCompleted, 15*time.Second)
 	if done.LeaseGen != 3 || done.LeasedBy == nil || *done.LeasedBy != "worker-B" {
 		t.Fatalf("completed job: gen %d by %v; want gen 3 (claim, revoke, claim) by worker-B", done.LeaseGen, done.LeasedBy)
 	}
@@ -180,7 +180,7 @@ func TestPausedHolderCannotWriteAfterRevocation(t *testing.T) {
 		t.Errorf("stale_write_rejected events for A's lease = %d, want at least 3 (commit, complete, release)", n)
 	}
 	// A's own heartbeat loop finds the lease gone and raises the alert.
-	testutil.WaitFor(t, "expired_holder_alive event for A's lease", 10*time.Second, func() bool {
+	fenceqtest.WaitFor(t, "expired_holder_alive event for A's lease", 10*time.Second, func() bool {
 		return b.countEvents(t, queue.EventExpiredHolderAlive, leaseA.JobID, leaseA.Gen) == 1
 	})
 }
@@ -284,7 +284,7 @@ func TestHeartbeatReportingLostLeaseCancelsContext(t *testing.T) {
 		t.Fatal("job context not cancelled after its lease was revoked")
 	}
 	// The event is written right after the context is cancelled.
-	testutil.WaitFor(t, "a heartbeat_lost event", 10*time.Second, func() bool {
+	fenceqtest.WaitFor(t, "a heartbeat_lost event", 10*time.Second, func() bool {
 		return b.countEvents(t, queue.EventHeartbeatLost, l.JobID, l.Gen) == 1
 	})
 }
@@ -313,7 +313,7 @@ func TestLongJobThatHeartbeatsIsNeverReaped(t *testing.T) {
 	}
 	// While it runs, the lease moves forward past its first expiry plus a whole lease:
 	// proof the heartbeats happen (the job runs 5 s, so it is still running then).
-	testutil.WaitFor(t, "the lease to be renewed past its first expiry + 1s", 4*time.Second, func() bool {
+	fenceqtest.WaitFor(t, "the lease to be renewed past its first expiry + 1s", 4*time.Second, func() bool {
 		mid, err := queue.GetJob(b.ctx, b.db.Pool, res.Job.ID)
 		if err != nil {
 			t.Fatal(err)
@@ -324,7 +324,7 @@ func TestLongJobThatHeartbeatsIsNeverReaped(t *testing.T) {
 		}
 		return ok && mid.State == queue.StateRunning && mid.LeaseExpiresAt != nil && mid.LeaseExpiresAt.After(first.Add(time.Second))
 	})
-	done := b.waitState(t, res.Job.ID, queue.StateCompleted, 15*time.Second)
+	done := fenceqtest.WaitState(t, b.db.Pool, res.Job.ID, queue.StateCompleted, 15*time.Second)
 	if done.LeaseGen != 1 || done.Attempt != 1 {
 		t.Fatalf("completed at gen %d attempt %d; want 1 and 1 (never revoked)", done.LeaseGen, done.Attempt)
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fenceq/fenceq"
-	"github.com/fenceq/fenceq/internal/testutil"
+	"github.com/fenceq/fenceq/fenceqtest"
 	"github.com/fenceq/fenceq/queue"
 )
 
@@ -38,11 +38,11 @@ func TestWorkerLeavesUnknownKindsAlone(t *testing.T) {
 	cfg := b.fastConfig(2 * time.Second)
 	cfg.ID = "old-worker"
 	b.startWorker(t, cfg)
-	b.waitState(t, echo.Job.ID, queue.StateCompleted, 10*time.Second)
+	fenceqtest.WaitState(t, b.db.Pool, echo.Job.ID, queue.StateCompleted, 10*time.Second)
 	// The old worker claimed past the ghost (it is ahead in claim order) and since then
 	// has looked from the start of the queue at least once more (PollInterval 50ms).
 	var kinds []string
-	testutil.WaitFor(t, "a few more polls", 5*time.Second, func() bool {
+	fenceqtest.WaitFor(t, "a few more polls", 5*time.Second, func() bool {
 		var polls int
 		err := b.db.Pool.QueryRow(b.ctx, `SELECT kinds, (extract(epoch FROM now() - started_at) * 1000)::int FROM fenceq_workers WHERE id = 'old-worker'`).Scan(&kinds, &polls)
 		return err == nil && polls > 500
@@ -67,7 +67,7 @@ func TestWorkerLeavesUnknownKindsAlone(t *testing.T) {
 	cfg2 := b.fastConfig(2 * time.Second)
 	cfg2.Handlers, cfg2.ID = hs, "new-worker"
 	b.startWorker(t, cfg2)
-	done := b.waitState(t, ghost.Job.ID, queue.StateCompleted, 10*time.Second)
+	done := fenceqtest.WaitState(t, b.db.Pool, ghost.Job.ID, queue.StateCompleted, 10*time.Second)
 	if done.Attempt != 1 || done.LeasedBy == nil || *done.LeasedBy != "new-worker" {
 		t.Fatalf("ghost job: attempt %d by %v, want attempt 1 by new-worker", done.Attempt, done.LeasedBy)
 	}
@@ -132,13 +132,13 @@ func TestClaimsDoNotRewalkUnknownKindsAtTheHead(t *testing.T) {
 	cfg := b.fastConfig(5 * time.Second)
 	cfg.PollInterval = 500 * time.Millisecond
 	start := time.Now()
-	testutil.StartWorker(b.ctx, t, pool, cfg)
+	fenceqtest.StartWorker(b.ctx, t, pool, cfg)
 	for range echoes {
 		res, err := fenceq.Enqueue(b.ctx, b.db.Pool, echoArgs{Value: "x"}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		b.waitState(t, res.Job.ID, queue.StateCompleted, 10*time.Second)
+		fenceqtest.WaitState(t, b.db.Pool, res.Job.ID, queue.StateCompleted, 10*time.Second)
 	}
 	elapsed := time.Since(start)
 	fromStart, after := tr.counts()

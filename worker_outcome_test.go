@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/fenceq/fenceq"
-	"github.com/fenceq/fenceq/internal/testutil"
+	"github.com/fenceq/fenceq/fenceqtest"
 	"github.com/fenceq/fenceq/queue"
 )
 
@@ -75,44 +75,44 @@ func TestHandlerOutcomes(t *testing.T) {
 	}
 
 	t.Run("Completed", func(t *testing.T) {
-		j := b.waitState(t, ids["ok"], queue.StateCompleted, 10*time.Second)
+		j := fenceqtest.WaitState(t, b.db.Pool, ids["ok"], queue.StateCompleted, 10*time.Second)
 		if j.Attempt != 1 || len(j.Errors) != 0 {
 			t.Fatalf("%+v", j)
 		}
 	})
 	t.Run("RetriedWithBackoffThenCompleted", func(t *testing.T) {
-		j := b.waitState(t, ids["flaky"], queue.StateCompleted, 10*time.Second)
+		j := fenceqtest.WaitState(t, b.db.Pool, ids["flaky"], queue.StateCompleted, 10*time.Second)
 		if j.Attempt != 3 || len(j.Errors) != 2 || j.Errors[0].Error != "tax service unavailable" {
 			t.Fatalf("attempt %d errors %+v", j.Attempt, j.Errors)
 		}
 	})
 	t.Run("DiscardedAfterMaxAttempts", func(t *testing.T) {
-		j := b.waitState(t, ids["always"], queue.StateDiscarded, 10*time.Second)
+		j := fenceqtest.WaitState(t, b.db.Pool, ids["always"], queue.StateDiscarded, 10*time.Second)
 		if j.Attempt != 3 || len(j.Errors) != 3 || j.FinishedAt == nil {
 			t.Fatalf("attempt %d errors %d", j.Attempt, len(j.Errors))
 		}
 	})
 	t.Run("PanicRecordedWithStack", func(t *testing.T) {
-		j := b.waitState(t, ids["panic"], queue.StateDiscarded, 10*time.Second)
+		j := fenceqtest.WaitState(t, b.db.Pool, ids["panic"], queue.StateDiscarded, 10*time.Second)
 		last := j.Errors[len(j.Errors)-1]
 		if !strings.Contains(last.Error, "nil map somewhere") || !strings.Contains(last.Trace, "goroutine") {
 			t.Fatalf("panic error %q trace %q", last.Error, last.Trace)
 		}
 	})
 	t.Run("Snoozed", func(t *testing.T) {
-		j := b.waitState(t, ids["snooze"], queue.StateCompleted, 10*time.Second)
+		j := fenceqtest.WaitState(t, b.db.Pool, ids["snooze"], queue.StateCompleted, 10*time.Second)
 		if j.Attempt != 2 || j.MaxAttempts != 4 || len(j.Errors) != 0 {
 			t.Fatalf("attempt %d max %d errors %d: a snooze is not a failure", j.Attempt, j.MaxAttempts, len(j.Errors))
 		}
 	})
 	t.Run("Cancelled", func(t *testing.T) {
-		j := b.waitState(t, ids["cancel"], queue.StateCancelled, 10*time.Second)
+		j := fenceqtest.WaitState(t, b.db.Pool, ids["cancel"], queue.StateCancelled, 10*time.Second)
 		if j.Attempt != 1 || !strings.Contains(j.Errors[0].Error, "closed the account") {
 			t.Fatalf("%+v", j.Errors)
 		}
 	})
 	t.Run("DiscardedAtOnce", func(t *testing.T) {
-		j := b.waitState(t, ids["discard"], queue.StateDiscarded, 10*time.Second)
+		j := fenceqtest.WaitState(t, b.db.Pool, ids["discard"], queue.StateDiscarded, 10*time.Second)
 		if j.Attempt != 1 {
 			t.Fatalf("attempt %d, want 1", j.Attempt)
 		}
@@ -126,7 +126,7 @@ func TestHandlerOutcomes(t *testing.T) {
 		case <-time.After(15 * time.Second):
 			t.Fatal("slow job never timed out")
 		}
-		j := b.waitState(t, ids["slow"], queue.StateRetryable, 10*time.Second)
+		j := fenceqtest.WaitState(t, b.db.Pool, ids["slow"], queue.StateRetryable, 10*time.Second)
 		if !strings.Contains(j.Errors[0].Error, "job timeout") {
 			t.Fatalf("error %q", j.Errors[0].Error)
 		}
@@ -148,7 +148,7 @@ func TestArgsThatDoNotDecodeAreDiscarded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	j := b.waitState(t, res.Job.ID, queue.StateDiscarded, 10*time.Second)
+	j := fenceqtest.WaitState(t, b.db.Pool, res.Job.ID, queue.StateDiscarded, 10*time.Second)
 	if j.Attempt != 1 || !strings.Contains(j.Errors[0].Error, "decode undecodable args") {
 		t.Fatalf("%+v", j.Errors)
 	}
@@ -164,7 +164,7 @@ func TestInsertWakesWorkerWithoutPolling(t *testing.T) {
 	b.startWorker(t, cfg)
 	// The listener is connected once its LISTEN is the last statement of a backend.
 	listen := `LISTEN "` + queue.ChannelPrefix + b.db.Schema + `"`
-	testutil.WaitFor(t, "the worker's LISTEN", 10*time.Second, func() bool {
+	fenceqtest.WaitFor(t, "the worker's LISTEN", 10*time.Second, func() bool {
 		var n int
 		if err := b.db.Pool.QueryRow(b.ctx, `SELECT count(*) FROM pg_stat_activity WHERE query = $1`, listen).Scan(&n); err != nil {
 			t.Fatalf("read pg_stat_activity: %v", err)
@@ -178,7 +178,7 @@ func TestInsertWakesWorkerWithoutPolling(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		b.waitState(t, res.Job.ID, queue.StateCompleted, 10*time.Second)
+		fenceqtest.WaitState(t, b.db.Pool, res.Job.ID, queue.StateCompleted, 10*time.Second)
 	}
 }
 
@@ -201,7 +201,7 @@ func TestPausedQueueIsNotWorkedUntilResumed(t *testing.T) {
 	if err := queue.SetQueuePaused(b.ctx, b.db.Pool, "default", false); err != nil {
 		t.Fatal(err)
 	}
-	b.waitState(t, res.Job.ID, queue.StateCompleted, 10*time.Second)
+	fenceqtest.WaitState(t, b.db.Pool, res.Job.ID, queue.StateCompleted, 10*time.Second)
 }
 
 // The worker never runs more jobs of a queue at once than its MaxWorkers.
@@ -231,7 +231,7 @@ func TestConcurrencyIsBoundedBySlots(t *testing.T) {
 	if _, err := fenceq.EnqueueMany(b.ctx, b.db.Pool, items); err != nil {
 		t.Fatal(err)
 	}
-	testutil.WaitFor(t, "all 60 jobs completed", 30*time.Second, func() bool {
+	fenceqtest.WaitFor(t, "all 60 jobs completed", 30*time.Second, func() bool {
 		var n int
 		_ = b.db.Pool.QueryRow(b.ctx, `SELECT count(*) FROM fenceq_jobs WHERE state = 'completed'`).Scan(&n)
 		return n == 60

@@ -9,13 +9,12 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fenceq/fenceq"
-	"github.com/fenceq/fenceq/internal/dbtest"
-	"github.com/fenceq/fenceq/internal/testutil"
+	"github.com/fenceq/fenceq/fenceqtest"
 	"github.com/fenceq/fenceq/queue"
 )
 
 type testBundle struct {
-	db  *dbtest.DB
+	db  *fenceqtest.DB
 	ctx context.Context
 	hs  *fenceq.Handlers
 }
@@ -24,7 +23,7 @@ func setup(t *testing.T) *testBundle {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
-	db := dbtest.New(t)
+	db := fenceqtest.New(t, nil)
 	if _, err := db.Pool.Exec(ctx, `CREATE TABLE results (job_id bigint NOT NULL, lease_gen bigint NOT NULL, value text NOT NULL, UNIQUE (job_id))`); err != nil {
 		t.Fatal(err)
 	}
@@ -38,31 +37,13 @@ func (b *testBundle) fastConfig(lease time.Duration) fenceq.Config {
 		LeaseDuration:  lease,
 		ReaperInterval: lease / 4,
 		PollInterval:   50 * time.Millisecond,
-		Logger:         testutil.QuietLogger(),
+		Logger:         fenceqtest.QuietLogger(),
 	}
 }
 
 func (b *testBundle) startWorker(t *testing.T, cfg fenceq.Config) *fenceq.Worker {
 	t.Helper()
-	return testutil.StartWorker(b.ctx, t, b.db.Pool, cfg)
-}
-
-func (b *testBundle) waitState(t *testing.T, id int64, want queue.State, within time.Duration) *queue.JobRow {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		j, err := queue.GetJob(b.ctx, b.db.Pool, id)
-		if err != nil {
-			t.Fatalf("get job: %v", err)
-		}
-		if j.State == want {
-			return j
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("job %d is %s after %s, want %s (errors %+v)", id, j.State, within, want, j.Errors)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return fenceqtest.StartWorker(b.ctx, t, b.db.Pool, cfg)
 }
 
 type echoArgs struct {
@@ -88,7 +69,7 @@ func TestWorkerRunsJobsWithFencedCommit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.waitState(t, res.Job.ID, queue.StateCompleted, 10*time.Second)
+	fenceqtest.WaitState(t, b.db.Pool, res.Job.ID, queue.StateCompleted, 10*time.Second)
 	var v string
 	if err := b.db.Pool.QueryRow(b.ctx, `SELECT value FROM results WHERE job_id = $1`, res.Job.ID).Scan(&v); err != nil || v != "hello" {
 		t.Fatalf("result row: %q %v", v, err)
@@ -120,6 +101,6 @@ func TestFreedSlotWakesClaimLoopWaitingForOne(t *testing.T) {
 	cfg.Queues = map[string]fenceq.QueueConfig{"default": {MaxWorkers: 1}}
 	b.startWorker(t, cfg)
 	for _, id := range ids {
-		b.waitState(t, id, queue.StateCompleted, 10*time.Second)
+		fenceqtest.WaitState(t, b.db.Pool, id, queue.StateCompleted, 10*time.Second)
 	}
 }

@@ -45,6 +45,7 @@ func commands() []*ucli.Command {
 		withReportFlags(statsCommand()),
 		withReportFlags(verifyCommand()),
 		withReportFlags(healthCommand()),
+		uiCommand(),
 		demoCommand(),
 		withReportFlags(benchCommand()),
 		chaosCommand(),

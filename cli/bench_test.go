@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fenceq/fenceq/fenceqtest"
 	"github.com/fenceq/fenceq/internal/bench"
-	"github.com/fenceq/fenceq/internal/dbtest"
 )
 
 // runBench runs `fenceq bench …` in-process through Run, as main does (so the exit
@@ -26,7 +26,7 @@ func runBench(t *testing.T, args ...string) (string, string, int) {
 
 func TestBenchDrainJSON(t *testing.T) {
 	out, errOut, code := runBench(t, "drain", "--jobs", "300", "--workers", "20", "--conns", "3",
-		"--runs", "1", "--vs", "river", "--json", "--database-url", dbtest.BaseURL())
+		"--runs", "1", "--vs", "river", "--json", "--database-url", fenceqtest.RequireServerURL(t))
 	if code != ExitOK {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
@@ -50,7 +50,7 @@ func TestBenchDrainJSON(t *testing.T) {
 
 func TestBenchTextTable(t *testing.T) {
 	out, errOut, code := runBench(t, "fenced", "--jobs", "100", "--workers", "10", "--conns", "2",
-		"--runs", "1", "--quiet", "--database-url", dbtest.BaseURL())
+		"--runs", "1", "--quiet", "--database-url", fenceqtest.RequireServerURL(t))
 	if code != ExitOK {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}

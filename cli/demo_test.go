@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fenceq/fenceq/cli"
-	"github.com/fenceq/fenceq/internal/dbtest"
+	"github.com/fenceq/fenceq/fenceqtest"
 	"github.com/fenceq/fenceq/internal/demo"
 	"github.com/fenceq/fenceq/internal/pgcluster"
 )
@@ -25,7 +25,7 @@ func TestDemo(t *testing.T) {
 	defer cancel()
 	const customers, keys = 20, 6
 	var out, errb syncBuffer
-	code := cli.Run(ctx, []string{"fenceq", "demo", "--database-url", dbtest.BaseURL(), "--customers", "20",
+	code := cli.Run(ctx, []string{"fenceq", "demo", "--database-url", fenceqtest.RequireServerURL(t), "--customers", "20",
 		"--workers", "4", "--order-keys", "6", "--json"}, &out, &errb)
 	if code != 0 {
 		t.Fatalf("demo: exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errb.String())
@@ -58,7 +58,7 @@ func TestDemo(t *testing.T) {
 		t.Fatalf("duplicates %d, lost %d, verify %+v", rep.Duplicates, rep.LostJobs, rep.Verify)
 	}
 	// The demo's schema is gone.
-	conn, err := pgx.Connect(ctx, dbtest.BaseURL())
+	conn, err := pgx.Connect(ctx, fenceqtest.RequireServerURL(t))
 	if err != nil {
 		t.Fatal(err)
 	}

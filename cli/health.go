@@ -3,13 +3,10 @@ package cli
 import (
 	"fmt"
 	"io"
-	"strconv"
-	"time"
 
 	ucli "github.com/urfave/cli/v2"
 
-	"github.com/fenceq/fenceq/internal/metrics"
-	"github.com/fenceq/fenceq/queue"
+	"github.com/fenceq/fenceq/health"
 )
 
 func healthCommand() *ucli.Command {
@@ -19,28 +16,22 @@ func healthCommand() *ucli.Command {
 		Description: "Alerts: a lease expired while its holder lived, or a stale write was rejected, in\n" +
 			"the last --window; the oldest pending outbox row is older than --max-outbox-age; the\n" +
 			"oldest open transaction is older than --max-xact-age.",
-		Flags: []ucli.Flag{
-			&ucli.DurationFlag{Name: "window", Value: 5 * time.Minute, Usage: "look back this far for lease events"},
-			&ucli.DurationFlag{Name: "max-outbox-age", Value: 5 * time.Minute, Usage: "alert when the oldest pending outbox row is older"},
-			&ucli.DurationFlag{Name: "max-xact-age", Value: 5 * time.Minute, Usage: "alert when a transaction has been open longer"},
-		},
-		Action: health,
+		Flags:  healthFlags(),
+		Action: healthAction,
+	}
+}
+
+// healthFlags are the bounds of the alert conditions, shared by health and ui.
+func healthFlags() []ucli.Flag {
+	return []ucli.Flag{
+		&ucli.DurationFlag{Name: "window", Value: health.DefaultWindow, Usage: "look back this far for lease events"},
+		&ucli.DurationFlag{Name: "max-outbox-age", Value: health.DefaultMaxOutboxAge, Usage: "alert when the oldest pending outbox row is older"},
+		&ucli.DurationFlag{Name: "max-xact-age", Value: health.DefaultMaxTransactionAge, Usage: "alert when a transaction has been open longer"},
 	}
 }
 
 // Condition is one alert condition and whether it holds.
-type Condition struct {
-	Name  string `json:"name"`
-	Value string `json:"value"`
-	Bound string `json:"bound"`
-	Alert bool   `json:"alert"`
-}
-
-type healthReport struct {
-	Conditions []Condition `json:"conditions"`
-	Alerts     int         `json:"alerts"`
-	Healthy    bool        `json:"healthy"`
-}
+type Condition = health.Condition
 
 // positiveDurations returns a usage error for the first of the duration flags that is
 // not positive.
@@ -53,11 +44,21 @@ func positiveDurations(c *ucli.Context, flags ...string) error {
 	return nil
 }
 
-func health(c *ucli.Context) error {
+// healthThresholds reads the health command's bounds, which `fenceq ui` shares.
+func healthThresholds(c *ucli.Context) (health.Thresholds, error) {
+	if err := positiveDurations(c, "window", "max-outbox-age", "max-xact-age"); err != nil {
+		return health.Thresholds{}, err
+	}
+	return health.Thresholds{Window: c.Duration("window"), MaxOutboxAge: c.Duration("max-outbox-age"),
+		MaxTransactionAge: c.Duration("max-xact-age")}, nil
+}
+
+func healthAction(c *ucli.Context) error {
 	if err := needArgs(c, 0, 0, ""); err != nil {
 		return err
 	}
-	if err := positiveDurations(c, "window", "max-outbox-age", "max-xact-age"); err != nil {
+	th, err := healthThresholds(c)
+	if err != nil {
 		return err
 	}
 	pool, err := openSchema(c, 2)
@@ -65,37 +66,11 @@ func health(c *ucli.Context) error {
 		return err
 	}
 	defer pool.Close()
-	window := c.Duration("window")
-	events, err := queue.CountLeaseEvents(c.Context, pool, window)
+	rep, err := health.Check(c.Context, pool, th)
 	if err != nil {
 		return err
 	}
-	snap, err := metrics.TakeSnapshot(c.Context, pool)
-	if err != nil {
-		return err
-	}
-	within := "0 in the last " + fmtAge(window)
-	maxOutbox, maxXact := c.Duration("max-outbox-age"), c.Duration("max-xact-age")
-	conds := []Condition{
-		{Name: "leases expired while the holder lived", Value: strconv.FormatInt(events[queue.EventExpiredHolderAlive], 10),
-			Bound: within, Alert: events[queue.EventExpiredHolderAlive] > 0},
-		{Name: "stale writes rejected", Value: strconv.FormatInt(events[queue.EventStaleWriteRejected], 10),
-			Bound: within, Alert: events[queue.EventStaleWriteRejected] > 0},
-	}
-	if snap.OutboxPresent {
-		conds = append(conds, Condition{Name: "oldest pending outbox row",
-			Value: fmt.Sprintf("%s (%d pending)", fmtAge(snap.OutboxOldestPendingAge), snap.OutboxPending),
-			Bound: "≤ " + fmtAge(maxOutbox), Alert: snap.OutboxOldestPendingAge > maxOutbox})
-	}
-	conds = append(conds, Condition{Name: "oldest open transaction", Value: fmtAge(snap.OldestTransactionAge),
-		Bound: "≤ " + fmtAge(maxXact), Alert: snap.OldestTransactionAge > maxXact})
-	rep := healthReport{Conditions: conds, Healthy: true}
-	for _, cd := range conds {
-		if cd.Alert {
-			rep.Alerts++
-			rep.Healthy = false
-		}
-	}
+	conds := rep.Conditions
 	err = output(c, rep, func(w io.Writer) error {
 		rows := make([][]string, 0, len(conds))
 		for _, cd := range conds {

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -214,6 +215,7 @@ func printJob(w io.Writer, j *queue.JobRow) {
 		{"created_at", fmtTime(&j.CreatedAt)},
 		{"finished_at", fmtTime(j.FinishedAt)},
 		{"args", string(j.EncodedArgs)},
+		{"output", fmtOutput(j.Output)},
 	})
 }
 
@@ -223,6 +225,14 @@ func uniqueStates(j *queue.JobRow) string {
 		s[i] = string(st)
 	}
 	return orDash(strings.Join(s, ", "))
+}
+
+// fmtOutput shows a job's recorded output, "-" when it has none.
+func fmtOutput(out json.RawMessage) string {
+	if out == nil {
+		return "-"
+	}
+	return string(out)
 }
 
 func orDash(s string) string {

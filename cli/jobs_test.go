@@ -267,3 +267,32 @@ func TestJobsListTagAndUnknownKinds(t *testing.T) {
 		t.Errorf("stats text:\n%s", out)
 	}
 }
+
+// jobs show displays the output a job's completion recorded, and "-" before it has any.
+func TestJobsShowOutput(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	j := b.enqueue(t, "noop")
+	id := strconv.FormatInt(j.ID, 10)
+	if out := b.ok(t, "jobs", "show", id); !strings.Contains(out, "output:") || !strings.Contains(out, "-") {
+		t.Errorf("show before completion lacks an empty output line:\n%s", out)
+	}
+	claimed, err := queue.Claim(b.ctx, b.db.Pool, queue.ClaimParams{Queue: "default", WorkerID: "w", Limit: 1, Lease: time.Minute})
+	if err != nil || len(claimed) != 1 {
+		t.Fatalf("claim: %d jobs, %v", len(claimed), err)
+	}
+	if err := queue.CompleteWithOutput(b.ctx, b.db.Pool, queue.LeaseOf(claimed[0]), []byte(`{"invoice_id": 42}`)); err != nil {
+		t.Fatal(err)
+	}
+	out := b.ok(t, "jobs", "show", id)
+	if !strings.Contains(out, `{"invoice_id": 42}`) {
+		t.Errorf("show lacks the output:\n%s", out)
+	}
+	var shown struct {
+		Output map[string]int `json:"output"`
+	}
+	b.okJSON(t, &shown, "jobs", "show", id)
+	if len(shown.Output) != 1 || shown.Output["invoice_id"] != 42 {
+		t.Errorf("show --json: output %v, want invoice_id 42", shown.Output)
+	}
+}

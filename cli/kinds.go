@@ -12,21 +12,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	ucli "github.com/urfave/cli/v2"
 
-	"github.com/fenceq/fenceq"
-	"github.com/fenceq/fenceq/internal/metrics"
 	"github.com/fenceq/fenceq/jobs/email"
 	"github.com/fenceq/fenceq/jobs/housekeeping"
 	"github.com/fenceq/fenceq/jobs/invoice"
 	"github.com/fenceq/fenceq/jobs/order"
-	"github.com/fenceq/fenceq/outbox"
-)
-
-// The metrics are what the business packages count into.
-var (
-	_ fenceq.Observer = (*metrics.Metrics)(nil)
-	_ order.Metrics   = (*metrics.IdempotencyMetrics)(nil)
-	_ outbox.Metrics  = (*metrics.OutboxMetrics)(nil)
-	_ invoice.Metrics = (*metrics.InvoiceMetrics)(nil)
 )
 
 // orderFlags configure the order service: in serve (the orders API) and worker (the
@@ -102,9 +91,9 @@ func newMailer(c *ucli.Context) (email.Mailer, string, func() error, error) {
 }
 
 // newOrderService builds the order service from the command's flags.
-func newOrderService(c *ucli.Context, pool *pgxpool.Pool, log *slog.Logger, m *metrics.Metrics) (*order.Service, error) {
+func newOrderService(c *ucli.Context, pool *pgxpool.Pool, log *slog.Logger, m *cliMetrics) (*order.Service, error) {
 	svc, err := order.NewService(order.Config{Pool: pool, KeyTTL: c.Duration("order-key-ttl"),
-		Metrics: m.Idempotency(), Logger: log})
+		Metrics: m.Orders, Logger: log})
 	if err != nil {
 		return nil, usageError{fmt.Errorf("order service: %w", err)}
 	}

@@ -10,9 +10,12 @@ import (
 	"time"
 
 	"github.com/fenceq/fenceq/cli"
-	"github.com/fenceq/fenceq/internal/dbtest"
+	"github.com/fenceq/fenceq/fenceqtest"
 	"github.com/fenceq/fenceq/jobs/builtin"
 )
+
+// TestMain stops the throwaway PostgreSQL cluster when the tests started one.
+func TestMain(m *testing.M) { fenceqtest.Main(m) }
 
 // result is one in-process run of the fenceq command.
 type result struct {
@@ -21,22 +24,22 @@ type result struct {
 }
 
 type testBundle struct {
-	db  *dbtest.DB
+	db  *fenceqtest.DB
 	ctx context.Context
 }
 
-func setup(t *testing.T, opts ...dbtest.Options) *testBundle {
+func setup(t *testing.T, opts ...fenceqtest.Options) *testBundle {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
-	var o dbtest.Options
+	var o fenceqtest.Options
 	if len(opts) > 0 {
 		o = opts[0]
 	}
 	if !o.NoMigrate {
 		o.Migrations = builtin.Migrations()
 	}
-	return &testBundle{db: dbtest.New(t, o), ctx: ctx}
+	return &testBundle{db: fenceqtest.New(t, &o), ctx: ctx}
 }
 
 // run runs `fenceq args… --database-url <test schema>`.

@@ -4,13 +4,13 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fenceq/fenceq/internal/dbtest"
+	"github.com/fenceq/fenceq/fenceqtest"
 	"github.com/fenceq/fenceq/migrations"
 )
 
 func TestMigrateRoundTrip(t *testing.T) {
 	t.Parallel()
-	b := setup(t, dbtest.Options{NoMigrate: true})
+	b := setup(t, fenceqtest.Options{NoMigrate: true})
 	latest := migrations.Latest()
 
 	// Before migrations, admin commands say what to do.
@@ -27,13 +27,16 @@ func TestMigrateRoundTrip(t *testing.T) {
 		st = reps[0]
 	}
 	status()
-	// Versions need not be contiguous: the last one listed is the latest.
-	if st.Version != 0 || len(st.Migrations) < 4 || st.Migrations[len(st.Migrations)-1].Version != latest || reps[1].Version != 0 {
+	if st.Version != 0 || len(st.Migrations) == 0 || st.Migrations[len(st.Migrations)-1].Version != latest || reps[1].Version != 0 {
 		t.Fatalf("fresh status: %+v, want version 0 of %d", reps, latest)
 	}
-	// back(n) is the version n steps down from the latest.
-	back := func(n int) uint { return st.Migrations[len(st.Migrations)-1-n].Version }
-	back2, back3 := back(2), back(3)
+	// Versions need not be contiguous (numbers are assigned to work in progress):
+	// stepping down goes to the previous version that exists.
+	versions := make([]uint, len(st.Migrations))
+	for i, m := range st.Migrations {
+		versions[i] = m.Version
+	}
+	before := func(steps int) uint { return versions[len(versions)-1-steps] }
 	out := b.ok(t, "migrate", "up")
 	if !strings.Contains(out, "applied") {
 		t.Errorf("migrate up printed %q", out)
@@ -49,8 +52,8 @@ func TestMigrateRoundTrip(t *testing.T) {
 
 	b.ok(t, "migrate", "down", "2")
 	status()
-	if st.Version != back2 {
-		t.Fatalf("after down 2: version %d, want %d", st.Version, back2)
+	if st.Version != before(2) {
+		t.Fatalf("after down 2: version %d, want %d", st.Version, before(2))
 	}
 	oneErrorLine(t, b.run(t, "jobs", "list"), "run `fenceq migrate up`")
 	if out := b.ok(t, "migrate", "status"); !strings.Contains(out, "2 pending") {
@@ -59,8 +62,8 @@ func TestMigrateRoundTrip(t *testing.T) {
 
 	b.ok(t, "migrate", "down")
 	status()
-	if st.Version != back3 {
-		t.Fatalf("after down: version %d, want %d", st.Version, back3)
+	if st.Version != before(3) {
+		t.Fatalf("after down: version %d, want %d", st.Version, before(3))
 	}
 	oneErrorLine(t, b.run(t, "migrate", "down", "99"), "only")
 	oneErrorLine(t, b.run(t, "migrate", "down", "zero"), "invalid number of migrations")

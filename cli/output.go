@@ -9,6 +9,8 @@ import (
 	"time"
 
 	ucli "github.com/urfave/cli/v2"
+
+	"github.com/fenceq/fenceq/health"
 )
 
 // table writes rows as aligned columns under upper-case headers.
@@ -64,31 +66,7 @@ func fmtStr(s *string) string {
 }
 
 // fmtAge prints a duration rounded for humans: 850ms, 12s, 3m4s, 2h5m.
-func fmtAge(d time.Duration) string {
-	switch {
-	case d < 0:
-		return "-" + fmtAge(-d)
-	case d < time.Second:
-		return d.Round(time.Millisecond).String()
-	case d < time.Minute:
-		return d.Round(100 * time.Millisecond).String()
-	case d < time.Hour:
-		return trimZeros(d.Round(time.Second).String())
-	default:
-		return trimZeros(d.Round(time.Minute).String())
-	}
-}
-
-// trimZeros turns 5m0s into 5m and 1h0m0s into 1h.
-func trimZeros(s string) string {
-	if strings.HasSuffix(s, "m0s") {
-		s = strings.TrimSuffix(s, "0s")
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = strings.TrimSuffix(s, "0m")
-	}
-	return s
-}
+func fmtAge(d time.Duration) string { return health.Age(d) }
 
 func truncate(s string, n int) string {
 	s = oneLine(s)

@@ -9,7 +9,6 @@ import (
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/fenceq/fenceq/internal/httpserver"
-	"github.com/fenceq/fenceq/internal/metrics"
 )
 
 func serveCommand() *ucli.Command {
@@ -45,8 +44,8 @@ func serve(c *ucli.Context) error {
 		return err
 	}
 	defer pool.Close()
-	m := metrics.New()
-	if err := m.Register(metrics.NewDBCollector(pool, 5*time.Second, log)); err != nil {
+	m, err := newMetrics(pool, log)
+	if err != nil {
 		return err
 	}
 	svc, err := newOrderService(c, pool, log, m)
@@ -55,7 +54,7 @@ func serve(c *ucli.Context) error {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/", svc.Handler()) // the orders API, and its JSON 404 for unknown paths
-	mux.Handle("GET /metrics", m.Handler())
+	mux.Handle("GET /metrics", m.handler())
 	mux.Handle("GET /healthz", healthzHandler(pool))
 	srv, err := httpserver.Start(c.String("addr"), mux, log, "orders API")
 	if err != nil {

@@ -9,7 +9,7 @@ import (
 
 	ucli "github.com/urfave/cli/v2"
 
-	"github.com/fenceq/fenceq/internal/metrics"
+	"github.com/fenceq/fenceq/fenceqprom"
 	"github.com/fenceq/fenceq/outbox"
 	"github.com/fenceq/fenceq/queue"
 )
@@ -32,10 +32,10 @@ type statsReport struct {
 	Workers     int                            `json:"workers"`
 	// UnknownKinds counts the waiting jobs that no live worker of their queue has a
 	// handler for (`fenceq jobs list --unknown-kinds` lists them).
-	UnknownKinds int64             `json:"unknown_kind_jobs"`
-	Outbox       *outbox.Backlog   `json:"outbox"`
-	Snapshot     *metrics.Snapshot `json:"database"`
-	Periodic     periodicSummary   `json:"periodic"`
+	UnknownKinds int64                `json:"unknown_kind_jobs"`
+	Outbox       *outbox.Backlog      `json:"outbox"`
+	Snapshot     *fenceqprom.Snapshot `json:"database"`
+	Periodic     periodicSummary      `json:"periodic"`
 }
 
 func stats(c *ucli.Context) error {
@@ -69,7 +69,7 @@ func stats(c *ucli.Context) error {
 	if rep.UnknownKinds, err = queue.CountUnknownKinds(ctx, pool, 0); err != nil {
 		return err
 	}
-	if rep.Snapshot, err = metrics.TakeSnapshot(ctx, pool); err != nil {
+	if rep.Snapshot, err = fenceqprom.TakeSnapshot(ctx, pool); err != nil {
 		return err
 	}
 	rep.Periodic = summarizePeriodic(rep.Snapshot.Periodic)

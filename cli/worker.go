@@ -12,8 +12,8 @@ import (
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/fenceq/fenceq"
+	"github.com/fenceq/fenceq/health"
 	"github.com/fenceq/fenceq/internal/httpserver"
-	"github.com/fenceq/fenceq/internal/metrics"
 	"github.com/fenceq/fenceq/jobs/builtin"
 	"github.com/fenceq/fenceq/jobs/housekeeping"
 	"github.com/fenceq/fenceq/queue"
@@ -45,7 +45,7 @@ func workerCommand() *ucli.Command {
 			&ucli.BoolFlag{Name: "no-periodic", Usage: "run no scheduling passes: enqueue no periodic jobs, not even housekeeping"},
 			&ucli.DurationFlag{Name: "periodic-interval", Value: time.Second, Usage: "how often a scheduling pass runs (it also wakes at the next due slot)"},
 			&ucli.DurationFlag{Name: "periodic-grace", Value: 10 * time.Second, Usage: "slots due within this long after the last pass are caught up; later ones follow their schedule's --missed policy"},
-		}, slices.Concat(orderFlags(), builtinFlags(), logFlags(), []ucli.Flag{databaseURLFlag()})...),
+		}, slices.Concat(uiFlags("ui-"), orderFlags(), builtinFlags(), logFlags(), []ucli.Flag{databaseURLFlag()})...),
 		Action: workerAction,
 	}
 }
@@ -105,9 +105,9 @@ func workerAction(c *ucli.Context) error {
 	}
 	defer pool.Close()
 
-	m := metrics.New()
-	if err := m.Register(metrics.NewDBCollector(pool, 5*time.Second, log)); err != nil {
-		return fmt.Errorf("register database metrics: %w", err)
+	m, err := newMetrics(pool, log)
+	if err != nil {
+		return err
 	}
 	orders, err := newOrderService(c, pool, log, m)
 	if err != nil {
@@ -115,7 +115,7 @@ func workerAction(c *ucli.Context) error {
 	}
 	hs := fenceq.NewHandlers()
 	if err := builtin.Register(hs, builtin.Deps{Pool: pool, Mailer: mailer, Tax: tax, Orders: orders,
-		Logger: log, InvoiceMetrics: m.Invoices(), OutboxMetrics: m.Outbox()}); err != nil {
+		Logger: log, InvoiceMetrics: m.Invoices, OutboxMetrics: m.Core.Outbox()}); err != nil {
 		return err
 	}
 
@@ -127,18 +127,33 @@ func workerAction(c *ucli.Context) error {
 		Handlers: hs, Queues: qcfg, ID: c.String("id"),
 		LeaseDuration: c.Duration("lease"), HeartbeatInterval: c.Duration("heartbeat"),
 		ReaperInterval: c.Duration("reaper"), PollInterval: c.Duration("poll"),
-		RetentionPeriod: c.Duration("retention"), DisableListen: c.Bool("no-listen"), Logger: log, Observer: m,
+		RetentionPeriod: c.Duration("retention"), DisableListen: c.Bool("no-listen"), Logger: log, Hooks: []fenceq.Hook{m.Core},
 		Periodic: periodic, DisablePeriodic: c.Bool("no-periodic"),
 		PeriodicInterval: c.Duration("periodic-interval"), PeriodicGrace: c.Duration("periodic-grace"),
 	})
 	if err != nil {
 		return usageError{err}
 	}
+	if addr := c.String("ui-addr"); addr != "" {
+		h, err := newDashboard(c, "ui-", pool, health.Thresholds{}, log)
+		if err != nil {
+			return err
+		}
+		ui, err := startDashboard(h, addr, "ui-addr", log)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			if err := ui.Stop(5 * time.Second); err != nil {
+				log.Warn("stop dashboard", "err", err)
+			}
+		}()
+	}
 	log.Info(mailDesc)
 	var srv *httpserver.Server
 	if addr := c.String("metrics-addr"); addr != "" {
 		mux := http.NewServeMux()
-		mux.Handle("GET /metrics", m.Handler())
+		mux.Handle("GET /metrics", m.handler())
 		mux.Handle("GET /healthz", healthzHandler(pool))
 		if srv, err = httpserver.Start(addr, mux, log, "metrics"); err != nil {
 			return err

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fenceq/fenceq/internal/testutil"
+	"github.com/fenceq/fenceq/fenceqtest"
 	"github.com/fenceq/fenceq/queue"
 )
 
@@ -39,7 +39,7 @@ func TestWorkerCommand(t *testing.T) {
 			"--mailer", "file:"+filepath.Join(t.TempDir(), "mail.jsonl"), "--id", "cli-test-worker")
 	}()
 	var addr string
-	testutil.WaitFor(t, "the metrics server", 10*time.Second, func() bool {
+	fenceqtest.WaitFor(t, "the metrics server", 10*time.Second, func() bool {
 		m := metricsAddrRe.FindStringSubmatch(stderr.String())
 		if m != nil {
 			addr = m[1]
@@ -47,7 +47,7 @@ func TestWorkerCommand(t *testing.T) {
 		return addr != ""
 	})
 	// The housekeeping schedule runs once at the start: no worker ran a pass before.
-	testutil.WaitFor(t, "the noop and housekeeping jobs to complete and the sleep job to run", 10*time.Second, func() bool {
+	fenceqtest.WaitFor(t, "the noop and housekeeping jobs to complete and the sleep job to run", 10*time.Second, func() bool {
 		var done, housekeeping, running int
 		_ = b.db.Pool.QueryRow(b.ctx, `SELECT count(*) FILTER (WHERE kind = 'noop' AND state = 'completed'),
 			count(*) FILTER (WHERE kind = 'housekeeping.idempotency' AND state = 'completed'
@@ -65,7 +65,7 @@ func TestWorkerCommand(t *testing.T) {
 	// An operator revokes the running job's lease; the worker's heartbeat notices.
 	b.ok(t, "jobs", "requeue", strconv.FormatInt(sleeper.ID, 10))
 	var body string
-	testutil.WaitFor(t, "the lost lease in /metrics", 10*time.Second, func() bool {
+	fenceqtest.WaitFor(t, "the lost lease in /metrics", 10*time.Second, func() bool {
 		body = get(t, "http://"+addr+"/metrics")
 		return strings.Contains(body, "\nfenceq_leases_lost_total 1\n")
 	})
@@ -93,7 +93,7 @@ func TestWorkerCommand(t *testing.T) {
 		t.Errorf("/healthz = %q", got)
 	}
 	// The revoked job is claimed again (attempt 2); then the worker is told to stop.
-	testutil.WaitFor(t, "the requeued job to run again", 10*time.Second, func() bool {
+	fenceqtest.WaitFor(t, "the requeued job to run again", 10*time.Second, func() bool {
 		j, err := queue.GetJob(b.ctx, b.db.Pool, sleeper.ID)
 		return err == nil && j.State == queue.StateRunning && j.Attempt == 2
 	})

@@ -10,13 +10,13 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/fenceq/fenceq/fenceqtest"
 	"github.com/fenceq/fenceq/idempotency"
-	"github.com/fenceq/fenceq/internal/dbtest"
 	"github.com/fenceq/fenceq/queue"
 )
 
 type testBundle struct {
-	db  *dbtest.DB
+	db  *fenceqtest.DB
 	ctx context.Context
 }
 
@@ -24,7 +24,7 @@ func setup(t *testing.T) *testBundle {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
-	return &testBundle{db: dbtest.New(t), ctx: ctx}
+	return &testBundle{db: fenceqtest.New(t, nil), ctx: ctx}
 }
 
 func hashOf(t *testing.T, v any) []byte {

@@ -11,7 +11,7 @@ import (
 	"github.com/golang-migrate/migrate/v4/source/iofs"
 	"github.com/jackc/pgx/v5/stdlib"
 
-	"github.com/fenceq/fenceq/internal/dbtest"
+	"github.com/fenceq/fenceq/fenceqtest"
 	"github.com/fenceq/fenceq/migrations"
 	"github.com/fenceq/fenceq/queue"
 )
@@ -23,7 +23,7 @@ func TestUpgradeFrom9KeepsUniqueJobs(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	db := dbtest.New(t, dbtest.Options{NoMigrate: true})
+	db := fenceqtest.New(t, &fenceqtest.Options{NoMigrate: true})
 	core := migrations.Core()
 	src, err := iofs.New(core.FS, core.Dir)
 	if err != nil {

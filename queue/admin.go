@@ -21,7 +21,7 @@ func GetJob(ctx context.Context, db DBTX, id int64) (*JobRow, error) {
 	return j, nil
 }
 
-// ListParams filters ListJobs; empty fields match everything.
+// ListParams filters ListJobs and ListJobsPage; empty fields match everything.
 type ListParams struct {
 	State State
 	Queue string
@@ -35,26 +35,62 @@ type ListParams struct {
 	// LiveWithin is how recent a worker's heartbeat must be for UnknownKinds to count it.
 	// Defaults to DefaultLiveWithin.
 	LiveWithin time.Duration
+	// Args, when set, keeps jobs whose JSON args contain it as text, case-insensitively
+	// (at most MaxArgsSearchLen bytes).
+	Args string
+	// BeforeID pages backwards (keyset): only jobs with a smaller id.
+	BeforeID int64
 	// Limit defaults to 100.
 	Limit int
+	// ScanLimit, when positive, bounds how many jobs ListJobsPage examines, newest
+	// first from BeforeID, to apply a filter that no index serves (queue, kind, args,
+	// and every state but running): a page then costs the same however rare the matches
+	// are, and JobPage.Next continues the search below the jobs examined. Zero examines
+	// as many as it takes. ListJobs ignores it.
+	ScanLimit int
 }
 
 // DefaultLiveWithin is the default of ListParams.LiveWithin: a few heartbeat intervals of
 // a worker with the default lease.
 const DefaultLiveWithin = 2 * time.Minute
 
-// ListJobs returns the newest jobs matching the filter.
-func ListJobs(ctx context.Context, db DBTX, p ListParams) ([]*JobRow, error) {
+// MaxArgsSearchLen bounds ListParams.Args.
+const MaxArgsSearchLen = 200
+
+// JobPage is one page of ListJobsPage, newest first.
+type JobPage struct {
+	Jobs []*JobRow `json:"jobs"`
+	// Next is the BeforeID of the next, older page; 0 when no older job can match.
+	Next int64 `json:"next"`
+	// Searched is true when the page holds fewer jobs than its limit because it
+	// examined ScanLimit jobs: older jobs were not looked at yet and Next continues
+	// there.
+	Searched bool `json:"searched"`
+}
+
+func (p *ListParams) validate() error {
 	if p.State != "" && !p.State.Valid() {
-		return nil, invalid("state", "%q is not a job state (want one of %v)", p.State, jobStates)
+		return invalid("state", "%q is not a job state (want one of %v)", p.State, jobStates)
+	}
+	if p.BeforeID < 0 {
+		return invalid("before_id", "%d is negative", p.BeforeID)
+	}
+	if p.ScanLimit < 0 {
+		return invalid("scan_limit", "%d is negative", p.ScanLimit)
+	}
+	if len(p.Args) > MaxArgsSearchLen {
+		return invalid("args", "search text is %d bytes, longer than %d", len(p.Args), MaxArgsSearchLen)
+	}
+	if p.Args != "" && p.Args != StorableText(p.Args, len(p.Args)) {
+		return invalid("args", "search text must be valid UTF-8 without NUL bytes")
 	}
 	if p.Tag != "" {
 		if err := ValidateName("tag", p.Tag, MaxTagLen); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if p.LiveWithin < 0 {
-		return nil, invalid("live_within", "%s is negative", p.LiveWithin)
+		return invalid("live_within", "%s is negative", p.LiveWithin)
 	}
 	if p.LiveWithin == 0 {
 		p.LiveWithin = DefaultLiveWithin
@@ -62,7 +98,45 @@ func ListJobs(ctx context.Context, db DBTX, p ListParams) ([]*JobRow, error) {
 	if p.Limit <= 0 {
 		p.Limit = 100
 	}
-	sql, args := listJobsSQL(p)
+	return nil
+}
+
+// filtered reports whether a filter applies that no index serves in id order.
+func (p *ListParams) filtered() bool {
+	return p.Queue != "" || p.Kind != "" || p.Args != "" || p.UnknownKinds || (p.State != "" && p.State != StateRunning)
+}
+
+// ListJobs returns the newest jobs matching the filter (older than BeforeID, when set).
+func ListJobs(ctx context.Context, db DBTX, p ListParams) ([]*JobRow, error) {
+	p.ScanLimit = 0
+	page, err := ListJobsPage(ctx, db, p)
+	if err != nil {
+		return nil, err
+	}
+	return page.Jobs, nil
+}
+
+// ListJobsPage returns one page of the newest jobs matching the filter, with the
+// position of the next page. Pages are keyset pages on the id (never OFFSET). With
+// ScanLimit, a filter examines at most that many jobs (see ListParams.ScanLimit);
+// running jobs are always listed from their own index, however many jobs there are.
+//
+// Each call is planned for its arguments, so that a state filter meets the partial
+// index of that state.
+func ListJobsPage(ctx context.Context, db DBTX, p ListParams) (*JobPage, error) {
+	if err := p.validate(); err != nil {
+		return nil, err
+	}
+	windowed := p.ScanLimit > 0 && p.filtered()
+	args := []any{customPlan, string(p.State), p.Queue, p.Kind, p.Limit + 1, p.BeforeID, p.Args}
+	if windowed {
+		args = append(args, p.ScanLimit)
+	}
+	extra, args := listExtra(&p, args)
+	sql := listJobsSQL(extra)
+	if windowed {
+		sql = listJobsWindowSQL(extra)
+	}
 	rows, err := db.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list jobs: %w", err)
@@ -71,7 +145,25 @@ func ListJobs(ctx context.Context, db DBTX, p ListParams) ([]*JobRow, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list jobs: %w", err)
 	}
-	return jobs, nil
+	page := &JobPage{Jobs: jobs}
+	if len(jobs) > p.Limit {
+		page.Jobs = jobs[:p.Limit]
+		page.Next = page.Jobs[p.Limit-1].ID
+		return page, nil
+	}
+	if !windowed {
+		return page, nil
+	}
+	// A short page: the window was used up, or no job older than it exists.
+	var lowest *int64
+	var examined int
+	if err := db.QueryRow(ctx, sqlJobsWindowEnd, customPlan, p.BeforeID, p.ScanLimit).Scan(&lowest, &examined); err != nil {
+		return nil, fmt.Errorf("list jobs: end of the search window: %w", err)
+	}
+	if examined == p.ScanLimit && lowest != nil && *lowest > 1 {
+		page.Next, page.Searched = *lowest, true
+	}
+	return page, nil
 }
 
 // CountUnknownKinds counts the jobs ListParams.UnknownKinds lists: waiting jobs that no

@@ -9,16 +9,21 @@ const sqlGetJob = `SELECT ` + jobColumns + ` FROM fenceq_jobs WHERE id = $1`
 // uniqueIndex is the unique index on unique_key (migration 000012).
 const uniqueIndex = "fenceq_jobs_unique_key_idx"
 
-// listJobsSQL is ListJobs' statement and its arguments: $1 state, $2 queue, $3 kind, $4
-// limit, then the tag and the worker freshness (µs) when their filters are asked for.
-// Those are added only then, so that the tag filter can use fenceq_jobs_tags_idx (whose
-// predicate, tags <> '{}', it repeats) and an unfiltered list stays a walk of the primary
-// key.
-func listJobsSQL(p ListParams) (string, []any) {
-	args := []any{customPlan, string(p.State), p.Queue, p.Kind, p.Limit}
-	q := `
-SELECT ` + jobColumns + ` FROM fenceq_jobs j
-WHERE ($1::text = '' OR state = $1) AND ($2::text = '' OR queue = $2) AND ($3::text = '' OR kind = $3)`
+// listFilter is the WHERE clause of the job lists: $1 state, $2 queue, $3 kind (empty
+// for any), $5 before id (0 for the newest), $6 text in args (empty for any). The
+// statements are planned per execution, so the unused conditions fold away and a state
+// filter meets its partial index.
+const listFilter = `
+WHERE ($1::text = '' OR state = $1) AND ($2::text = '' OR queue = $2) AND ($3::text = '' OR kind = $3)
+  AND ($5::bigint = 0 OR id < $5)
+  AND ($6::text = '' OR strpos(lower(args::text), lower($6)) > 0)`
+
+// listExtra returns the conditions of the tag and unknown-kind filters, when asked
+// for, with their arguments appended to args (whose first element is the query mode,
+// so the next parameter is $len(args)). They are added only then, so that a tag filter
+// can use fenceq_jobs_tags_idx (whose predicate, tags <> '{}', it repeats).
+func listExtra(p *ListParams, args []any) (string, []any) {
+	q := ""
 	if p.Tag != "" {
 		args = append(args, p.Tag)
 		q += fmt.Sprintf(`
@@ -29,9 +34,30 @@ WHERE ($1::text = '' OR state = $1) AND ($2::text = '' OR queue = $2) AND ($3::t
 		q += `
   AND ` + unknownKind(fmt.Sprintf("$%d", len(args)-1))
 	}
-	return q + `
-ORDER BY id DESC LIMIT $4`, args
+	return q, args
 }
+
+// listJobsSQL: $4 limit.
+func listJobsSQL(extra string) string {
+	return `
+SELECT ` + jobColumns + ` FROM fenceq_jobs` + listFilter + extra + `
+ORDER BY id DESC LIMIT $4`
+}
+
+// listJobsWindowSQL applies the filter to at most $7 jobs, newest first from the
+// before id, walking the primary key: its cost does not depend on how rare matches are.
+func listJobsWindowSQL(extra string) string {
+	return `
+SELECT ` + jobColumns + ` FROM (
+    SELECT * FROM fenceq_jobs WHERE ($5::bigint = 0 OR id < $5) ORDER BY id DESC LIMIT $7) w` + listFilter + extra + `
+ORDER BY id DESC LIMIT $4`
+}
+
+// sqlJobsWindowEnd is the lowest id of the window sqlListJobsWindow examined and the
+// number of jobs in it: $1 before id, $2 window size.
+const sqlJobsWindowEnd = `
+SELECT min(id), count(*)::int FROM (
+    SELECT id FROM fenceq_jobs WHERE ($1::bigint = 0 OR id < $1) ORDER BY id DESC LIMIT $2) w`
 
 // sqlRetryJob makes a finished, retryable or scheduled job available now, with at least
 // one attempt left. A running job must be requeued instead.
@@ -77,17 +103,19 @@ ev AS (
     SELECT cid, cgen, cby, ` + sqlEventRevoked + `, ` + sqlLit(detailRequeuedByAdmin) + ` FROM cur WHERE cstate = ` + sqlRunning + `)
 SELECT ` + jobColumns + ` FROM upd`
 
-// unknownKind is the predicate of a job j waiting to run that no worker serving its
-// queue and heartbeating within freshness (µs, an SQL expression) has a handler for.
+// unknownKind is the predicate of a job waiting to run that no worker serving its queue
+// and heartbeating within freshness (µs, an SQL expression) has a handler for. The job's
+// columns are named unqualified (fenceq_workers has none of those names), so the
+// predicate applies to fenceq_jobs under any alias.
 func unknownKind(freshness string) string {
-	return `j.state IN ` + sqlWaiting + `
+	return `state IN ` + sqlWaiting + `
   AND NOT EXISTS (
-      SELECT 1 FROM fenceq_workers w
-      WHERE w.heartbeat_at > now() - ` + freshness + `::bigint * interval '1 microsecond'
-        AND j.queue = ANY(w.queues) AND j.kind = ANY(w.kinds))`
+      SELECT 1 FROM fenceq_workers wk
+      WHERE wk.heartbeat_at > now() - ` + freshness + `::bigint * interval '1 microsecond'
+        AND queue = ANY(wk.queues) AND kind = ANY(wk.kinds))`
 }
 
-var sqlCountUnknownKinds = `SELECT count(*) FROM fenceq_jobs j WHERE ` + unknownKind("$1")
+var sqlCountUnknownKinds = `SELECT count(*) FROM fenceq_jobs WHERE ` + unknownKind("$1")
 
 const sqlSetQueuePaused = `
 INSERT INTO fenceq_queues (name, paused, paused_at, updated_at)

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fenceq/fenceq/internal/dbtest"
+	"github.com/fenceq/fenceq/fenceqtest"
 	"github.com/fenceq/fenceq/queue"
 )
 
@@ -17,14 +17,14 @@ import (
 // They measure one statement's round trip on the test server, so compare them on the
 // same machine only; `fenceq bench` measures whole workloads.
 
-func benchDB(b *testing.B) (*dbtest.DB, context.Context) {
+func benchDB(b *testing.B) (*fenceqtest.DB, context.Context) {
 	b.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	b.Cleanup(cancel)
-	return dbtest.New(b, dbtest.Options{MaxConns: 4}), ctx
+	return fenceqtest.New(b, &fenceqtest.Options{MaxConns: 4}), ctx
 }
 
-func fill(b *testing.B, db *dbtest.DB, ctx context.Context, n int) {
+func fill(b *testing.B, db *fenceqtest.DB, ctx context.Context, n int) {
 	b.Helper()
 	ps := make([]queue.InsertParams, n)
 	for i := range ps {

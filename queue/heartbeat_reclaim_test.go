@@ -5,13 +5,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fenceq/fenceq/internal/dbtest"
+	"github.com/fenceq/fenceq/fenceqtest"
 	"github.com/fenceq/fenceq/queue"
 )
 
 // oldAndNewLease claims a job, revokes that lease (an operator's requeue) and claims
 // the job again, as one worker can while its old attempt still runs.
-func oldAndNewLease(ctx context.Context, t *testing.T, db *dbtest.DB) (old, cur queue.Lease) {
+func oldAndNewLease(ctx context.Context, t *testing.T, db *fenceqtest.DB) (old, cur queue.Lease) {
 	t.Helper()
 	if _, err := queue.Insert(ctx, db.Pool, queue.InsertParams{Kind: "k"}); err != nil {
 		t.Fatal(err)
@@ -39,7 +39,7 @@ func TestHeartbeatOldAndNewLeaseOfOneJob(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	db := dbtest.New(t)
+	db := fenceqtest.New(t, nil)
 	old, cur := oldAndNewLease(ctx, t, db)
 	if cur.Gen <= old.Gen {
 		t.Fatalf("new generation %d not above old %d", cur.Gen, old.Gen)
@@ -64,7 +64,7 @@ func TestHeartbeatAfterOwnWriteLanded(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	db := dbtest.New(t)
+	db := fenceqtest.New(t, nil)
 	for range 3 {
 		if _, err := queue.Insert(ctx, db.Pool, queue.InsertParams{Kind: "k"}); err != nil {
 			t.Fatal(err)
@@ -103,7 +103,7 @@ func TestCompleteManyOldAndNewLeaseOfOneJob(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	db := dbtest.New(t)
+	db := fenceqtest.New(t, nil)
 	old, cur := oldAndNewLease(ctx, t, db)
 	lost, err := queue.CompleteMany(ctx, db.Pool, "w", []queue.Lease{old, cur})
 	if err != nil {

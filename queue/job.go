@@ -81,7 +81,11 @@ type JobRow struct {
 	Errors         []AttemptError  `json:"errors"`
 	// Metadata is a JSON object about the job rather than for its handler: who
 	// enqueued it and what travels with it. "{}" when there is none.
-	Metadata   json.RawMessage `json:"metadata"`
+	Metadata json.RawMessage `json:"metadata"`
+	// Output is the JSON value the handler recorded (fenceq.RecordOutput), written with
+	// the job's completion; nil when it recorded none or has not completed. A claimed
+	// row does not carry it.
+	Output     json.RawMessage `json:"output"`
 	CreatedAt  time.Time       `json:"created_at"`
 	FinishedAt *time.Time      `json:"finished_at"`
 	// UniqueStates are the states in which the job holds UniqueKey; nil without a key.
@@ -102,16 +106,16 @@ func LeaseOf(j *JobRow) Lease {
 
 const jobColumns = `id, queue, kind, args, state, priority, run_at, attempt, max_attempts,
 	lease_gen, leased_by, heartbeat_at, lease_expires_at, attempted_at, unique_key, errors,
-	created_at, finished_at, metadata, unique_states, NULLIF(tags, '{}'::text[])`
+	created_at, finished_at, metadata, output, unique_states, NULLIF(tags, '{}'::text[])`
 
 func scanJob(row pgx.Row) (*JobRow, error) {
 	var j JobRow
 	var state string
-	var args, errs, meta []byte
+	var args, errs, meta, output []byte
 	var mask *int16
 	err := row.Scan(&j.ID, &j.Queue, &j.Kind, &args, &state, &j.Priority, &j.RunAt, &j.Attempt,
 		&j.MaxAttempts, &j.LeaseGen, &j.LeasedBy, &j.HeartbeatAt, &j.LeaseExpiresAt, &j.AttemptedAt,
-		&j.UniqueKey, &errs, &j.CreatedAt, &j.FinishedAt, &meta, &mask, &j.Tags)
+		&j.UniqueKey, &errs, &j.CreatedAt, &j.FinishedAt, &meta, &output, &mask, &j.Tags)
 	if err != nil {
 		return nil, err
 	}
@@ -121,6 +125,9 @@ func scanJob(row pgx.Row) (*JobRow, error) {
 	j.State = State(state)
 	j.EncodedArgs = json.RawMessage(args)
 	j.Metadata = json.RawMessage(meta)
+	if output != nil {
+		j.Output = json.RawMessage(output)
+	}
 	if len(errs) > 2 {
 		if err := json.Unmarshal(errs, &j.Errors); err != nil {
 			return nil, err

@@ -163,12 +163,16 @@ SELECT upd.state FROM upd`
 // leaseGuard is the WHERE clause of every single-lease write.
 var leaseGuard = `WHERE id = $1 AND lease_gen = $2 AND state = ` + sqlRunning
 
+// sqlComplete: $5 the job's output (NULL for none).
 var sqlComplete = staleWrite(`
-    UPDATE fenceq_jobs SET state = ` + sqlCompleted + `, finished_at = now(), lease_expires_at = NULL
+    UPDATE fenceq_jobs SET state = ` + sqlCompleted + `, finished_at = now(), lease_expires_at = NULL,
+        output = $5::jsonb
     ` + leaseGuard + `
     RETURNING state`)
 
-// sqlCompleteMany: $1 ids, $2 generations, $3 worker. Returns the (id, generation) pairs
+// sqlCompleteMany: $1 ids, $2 generations, $3 worker, $4 outputs (NULL elements for
+// jobs without one; an empty or NULL array when none has one: unnest pads the shorter
+// arrays with NULLs). Returns the (id, generation) pairs
 // whose lease was lost: one batch can carry two leases of one job (an old one revoked
 // while its handler still ran here, and the one claimed afterwards).
 //
@@ -182,9 +186,11 @@ var sqlComplete = staleWrite(`
 // its constant stays opaque to the planner.
 var sqlCompleteMany = `
 WITH l AS MATERIALIZED (
-    SELECT l.*, ` + sqlRunning + `::text AS lstate FROM unnest($1::bigint[], $2::bigint[]) AS l(lid, lgen)),
+    SELECT l.*, ` + sqlRunning + `::text AS lstate
+    FROM unnest($1::bigint[], $2::bigint[], $4::jsonb[]) AS l(lid, lgen, lout)),
 upd AS (
-    UPDATE fenceq_jobs j SET state = ` + sqlCompleted + `, finished_at = now(), lease_expires_at = NULL
+    UPDATE fenceq_jobs j SET state = ` + sqlCompleted + `, finished_at = now(), lease_expires_at = NULL,
+        output = l.lout
     FROM l WHERE j.id = l.lid AND j.lease_gen = l.lgen AND j.state = l.lstate
     RETURNING j.id, j.lease_gen),
 rej AS (
@@ -244,8 +250,10 @@ SELECT state FROM fenceq_jobs
 ` + leaseGuard + `
 FOR UPDATE`
 
+// sqlCompleteLocked: $3 the job's output (NULL for none).
 var sqlCompleteLocked = `
-UPDATE fenceq_jobs SET state = ` + sqlCompleted + `, finished_at = now(), lease_expires_at = NULL
+UPDATE fenceq_jobs SET state = ` + sqlCompleted + `, finished_at = now(), lease_expires_at = NULL,
+    output = $3::jsonb
 ` + leaseGuard
 
 // sqlJobLease reads the generation and state a job has now (Landed).

@@ -237,19 +237,44 @@ func fencedWrite(ctx context.Context, db DBTX, op string, l Lease, sql string, a
 // Complete marks the job completed if the lease is still held, else returns ErrLeaseLost
 // and records a stale_write_rejected lease event.
 func Complete(ctx context.Context, db DBTX, l Lease) error {
-	_, err := fencedWrite(ctx, db, "complete", l, sqlComplete)
+	return CompleteWithOutput(ctx, db, l, nil)
+}
+
+// CompleteWithOutput is Complete that also stores the job's output (a JSON value of at
+// most MaxOutputBytes; nil for none) in the same fenced statement: written if and only
+// if the completion is.
+func CompleteWithOutput(ctx context.Context, db DBTX, l Lease, output []byte) error {
+	if err := ValidateOutput(output); err != nil {
+		return fmt.Errorf("complete job %d: %w", l.JobID, err)
+	}
+	_, err := fencedWrite(ctx, db, "complete", l, sqlComplete, output)
 	return err
 }
 
 // CompleteMany completes many jobs in one statement, each fenced by its generation. It
 // returns the leases that were lost (their completion was rejected and recorded).
 func CompleteMany(ctx context.Context, db DBTX, holder string, leases []Lease) ([]Lease, error) {
+	return CompleteManyWithOutputs(ctx, db, holder, leases, nil)
+}
+
+// CompleteManyWithOutputs is CompleteMany that also stores each job's output in the same
+// statement, fenced like its completion: outputs[i] belongs to leases[i] (nil for none),
+// or outputs is nil when no job has one.
+func CompleteManyWithOutputs(ctx context.Context, db DBTX, holder string, leases []Lease, outputs [][]byte) ([]Lease, error) {
 	if len(leases) == 0 {
 		return nil, nil
 	}
+	if outputs != nil && len(outputs) != len(leases) {
+		return nil, invalid("outputs", "%d outputs for %d leases", len(outputs), len(leases))
+	}
+	for i, o := range outputs {
+		if err := ValidateOutput(o); err != nil {
+			return nil, fmt.Errorf("complete job %d: %w", leases[i].JobID, err)
+		}
+	}
 	ids, gens := leaseArrays(leases)
 	var lostIDs, lostGens []int64
-	if err := db.QueryRow(ctx, sqlCompleteMany, customPlan, ids, gens, holder).Scan(&lostIDs, &lostGens); err != nil {
+	if err := db.QueryRow(ctx, sqlCompleteMany, customPlan, ids, gens, holder, outputs).Scan(&lostIDs, &lostGens); err != nil {
 		return nil, fmt.Errorf("complete %d jobs: %w", len(leases), err)
 	}
 	if len(lostIDs) == 0 {
@@ -336,9 +361,13 @@ func lockLease(ctx context.Context, tx pgx.Tx, l Lease) error {
 	return nil
 }
 
-// completeLocked completes a job inside the transaction that locked it with lockLease.
-func completeLocked(ctx context.Context, tx pgx.Tx, l Lease) error {
-	tag, err := tx.Exec(ctx, sqlCompleteLocked, l.JobID, l.Gen)
+// completeLocked completes a job inside the transaction that locked it with lockLease,
+// storing its output (nil for none).
+func completeLocked(ctx context.Context, tx pgx.Tx, l Lease, output []byte) error {
+	if err := ValidateOutput(output); err != nil {
+		return fmt.Errorf("complete job %d: %w", l.JobID, err)
+	}
+	tag, err := tx.Exec(ctx, sqlCompleteLocked, l.JobID, l.Gen, output)
 	if err != nil {
 		return fmt.Errorf("complete job %d: %w", l.JobID, err)
 	}
@@ -365,6 +394,10 @@ type LeaseTx struct {
 	// Complete completes the job in the same transaction, after fn: the job's results
 	// and its completion commit together.
 	Complete bool
+	// Output, with Complete, returns the job's output to store with the completion (a
+	// JSON value of at most MaxOutputBytes; nil for none). It is called after fn, so
+	// fn may still produce it. Nil stores none.
+	Output func() []byte
 	// Op names the write in errors and in the stale_write_rejected event. Defaults to
 	// "commit" with Complete, "with lease" without.
 	Op string
@@ -408,7 +441,11 @@ func WithLease(ctx context.Context, db Beginner, l Lease, how LeaseTx, fn TxFunc
 		}
 	}
 	if how.Complete {
-		if err := completeLocked(ctx, tx, l); err != nil {
+		var output []byte
+		if how.Output != nil {
+			output = how.Output()
+		}
+		if err := completeLocked(ctx, tx, l, output); err != nil {
 			return err
 		}
 	}

@@ -10,12 +10,12 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/fenceq/fenceq/internal/dbtest"
+	"github.com/fenceq/fenceq/fenceqtest"
 	"github.com/fenceq/fenceq/queue"
 )
 
 type testBundle struct {
-	db  *dbtest.DB
+	db  *fenceqtest.DB
 	ctx context.Context
 }
 
@@ -23,7 +23,7 @@ func setup(t *testing.T) *testBundle {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
-	return &testBundle{db: dbtest.New(t), ctx: ctx}
+	return &testBundle{db: fenceqtest.New(t, nil), ctx: ctx}
 }
 
 func (b *testBundle) insert(t *testing.T, p queue.InsertParams) *queue.JobRow {

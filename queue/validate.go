@@ -18,9 +18,12 @@ const (
 	DefaultMaxArgsBytes = 1 << 20
 	// MaxMetadataBytes is the limit on the size of a job's JSON metadata.
 	MaxMetadataBytes = 64 << 10
-	MinPriority      = 0
-	MaxPriority      = 100
-	MaxMaxAttempts   = 1000
+	// MaxOutputBytes is the limit on the size of a job's recorded output: its JSON
+	// encoding, written with the job's completion.
+	MaxOutputBytes = 256 << 10
+	MinPriority    = 0
+	MaxPriority    = 100
+	MaxMaxAttempts = 1000
 	// MaxTags bounds the tags of one job, MaxTagLen the length of each.
 	MaxTags   = 20
 	MaxTagLen = 64
@@ -108,6 +111,21 @@ func ValidateArgs(args []byte, maxBytes int) error {
 
 // validateObject checks that b is one JSON object of at most maxBytes that jsonb can
 // store; errors name field.
+// ValidateOutput checks a job's output as the completions write it: nil (no output) or
+// one JSON value of at most MaxOutputBytes.
+func ValidateOutput(b []byte) error {
+	if b == nil {
+		return nil
+	}
+	if len(b) > MaxOutputBytes {
+		return invalid("output", "%d bytes, over the limit of %d", len(b), MaxOutputBytes)
+	}
+	if !json.Valid(b) {
+		return invalid("output", "not one JSON value")
+	}
+	return nil
+}
+
 func validateObject(field string, b []byte, maxBytes int) error {
 	if len(b) > maxBytes {
 		return invalid(field, "%d bytes, over the limit of %d", len(b), maxBytes)

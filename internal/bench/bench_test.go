@@ -11,16 +11,17 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/fenceq/fenceq/internal/dbtest"
+	"github.com/fenceq/fenceq/fenceqtest"
 )
 
 // tiny is a benchmark config small enough for a test: the point is the benchmark's own
 // correctness (every job worked exactly once, figures present and consistent), never
 // its speed.
-func tiny(workload string) Config {
+func tiny(t *testing.T, workload string) Config {
+	t.Helper()
 	return Config{
 		Workload:    workload,
-		DatabaseURL: dbtest.BaseURL(),
+		DatabaseURL: fenceqtest.RequireServerURL(t),
 		Jobs:        500,
 		Duration:    time.Second,
 		Rate:        200,
@@ -45,7 +46,7 @@ func run(t *testing.T, cfg Config) *Report {
 func assertSchemasDropped(t *testing.T, rep *Report) {
 	t.Helper()
 	ctx := context.Background()
-	c, err := pgx.Connect(ctx, dbtest.BaseURL())
+	c, err := pgx.Connect(ctx, fenceqtest.RequireServerURL(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +130,7 @@ func assertFigures(t *testing.T, rep *Report, runs int) {
 
 func TestDrainAllSides(t *testing.T) {
 	t.Parallel()
-	cfg := tiny(WorkloadDrain)
+	cfg := tiny(t, WorkloadDrain)
 	cfg.Vs, cfg.Ceiling, cfg.Runs, cfg.Checkpoint = SystemRiver, true, 2, true
 	rep := run(t, cfg)
 	if !rep.Settings.Checkpoint || !strings.Contains(rep.settingsLine(), "CHECKPOINT before each run") {
@@ -172,7 +173,7 @@ func TestDrainAllSides(t *testing.T) {
 
 func TestFencedCommitsResultsWithCompletion(t *testing.T) {
 	t.Parallel()
-	cfg := tiny(WorkloadFenced)
+	cfg := tiny(t, WorkloadFenced)
 	cfg.Vs, cfg.Jobs = SystemRiver, 300
 	// runOnce already fails the run unless every completed job has exactly one result
 	// row and one outbox row; here the figures must be there too.
@@ -191,7 +192,7 @@ func TestFencedCommitsResultsWithCompletion(t *testing.T) {
 
 func TestSteadyInsertsWhileWorking(t *testing.T) {
 	t.Parallel()
-	cfg := tiny(WorkloadSteady)
+	cfg := tiny(t, WorkloadSteady)
 	cfg.Vs = SystemRiver
 	rep := run(t, cfg)
 	assertFigures(t, rep, 1)
@@ -205,7 +206,7 @@ func TestSteadyInsertsWhileWorking(t *testing.T) {
 
 func TestLatencyPercentiles(t *testing.T) {
 	t.Parallel()
-	cfg := tiny(WorkloadLatency)
+	cfg := tiny(t, WorkloadLatency)
 	cfg.Vs = SystemRiver
 	rep := run(t, cfg)
 	assertFigures(t, rep, 1)
@@ -226,7 +227,7 @@ func TestLatencyPercentiles(t *testing.T) {
 
 func TestInsertBothPaths(t *testing.T) {
 	t.Parallel()
-	cfg := tiny(WorkloadInsert)
+	cfg := tiny(t, WorkloadInsert)
 	cfg.Vs = SystemRiver
 	rep := run(t, cfg)
 	assertFigures(t, rep, 1)
@@ -239,7 +240,7 @@ func TestInsertBothPaths(t *testing.T) {
 
 func TestRetainedAndIdleTransaction(t *testing.T) {
 	t.Parallel()
-	cfg := tiny(WorkloadDrain)
+	cfg := tiny(t, WorkloadDrain)
 	cfg.Retained, cfg.IdleXact = 2000, 5*time.Second
 	rep := run(t, cfg)
 	assertFigures(t, rep, 1)
@@ -309,7 +310,7 @@ func TestPercentileNearestRank(t *testing.T) {
 
 func TestTraceSQLShowsTheStatementsOfTheRun(t *testing.T) {
 	t.Parallel()
-	cfg := tiny(WorkloadDrain)
+	cfg := tiny(t, WorkloadDrain)
 	var progress bytes.Buffer
 	cfg.Jobs, cfg.TraceSQL, cfg.Progress = 200, true, &progress
 	run(t, cfg)

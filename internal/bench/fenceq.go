@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -30,13 +29,13 @@ func newFenceqSystem(cfg Config) *fenceqSystem { return &fenceqSystem{cfg: cfg} 
 func (s *fenceqSystem) name() string     { return SystemFenceq }
 func (s *fenceqSystem) jobTable() string { return "fenceq_jobs" }
 
-func (s *fenceqSystem) workerConfig(hs *fenceq.Handlers, obs fenceq.Observer) fenceq.Config {
+func (s *fenceqSystem) workerConfig(hs *fenceq.Handlers, hooks ...fenceq.Hook) fenceq.Config {
 	return fenceq.Config{
 		Handlers:       hs,
 		Queues:         map[string]fenceq.QueueConfig{"default": {MaxWorkers: s.cfg.Workers}},
 		ClaimBatchSize: s.cfg.ClaimBatch,
 		Logger:         s.cfg.Logger,
-		Observer:       obs,
+		Hooks:          hooks,
 	}
 }
 
@@ -56,14 +55,14 @@ func (s *fenceqSystem) describe() string {
 func (s *fenceqSystem) effectiveConfig() fenceq.Config {
 	pool, err := pgxpool.New(context.Background(), s.cfg.DatabaseURL)
 	if err != nil {
-		return s.workerConfig(nil, nil)
+		return s.workerConfig(nil)
 	}
 	defer pool.Close()
 	hs := fenceq.NewHandlers()
 	fenceq.AddHandler(hs, func(context.Context, *fenceq.Job[noopArgs]) error { return nil }, nil)
-	w, err := fenceq.NewWorker(pool, s.workerConfig(hs, nil))
+	w, err := fenceq.NewWorker(pool, s.workerConfig(hs))
 	if err != nil {
-		return s.workerConfig(nil, nil)
+		return s.workerConfig(nil)
 	}
 	return w.Config()
 }
@@ -105,14 +104,13 @@ func (s *fenceqSystem) retain(ctx context.Context, e *env, n int) error {
 	return err
 }
 
-// completionCounter is an Observer that reports each completed attempt.
+// completionCounter is a hook that reports each completed attempt.
 type completionCounter struct {
-	fenceq.NopObserver
 	done func(n int)
 }
 
-func (c completionCounter) JobFinished(_, _ string, outcome fenceq.Outcome, _ time.Duration) {
-	if outcome == fenceq.OutcomeCompleted {
+func (c completionCounter) JobFinished(_ context.Context, _ *fenceq.JobRow, res fenceq.AttemptResult) {
+	if res.Outcome == fenceq.OutcomeCompleted {
 		c.done(1)
 	}
 }

@@ -7,7 +7,7 @@ import (
 	"os/exec"
 	"testing"
 
-	"github.com/fenceq/fenceq/internal/dbtest"
+	"github.com/fenceq/fenceq/fenceqtest"
 )
 
 // TestChaosCommand runs `fenceq chaos` itself, the built binary, end to end: the worker
@@ -16,7 +16,7 @@ func TestChaosCommand(t *testing.T) {
 	t.Parallel()
 	run := func(t *testing.T, args ...string) (int, *Report) {
 		t.Helper()
-		args = append([]string{"chaos", "--database-url", dbtest.BaseURL(), "--json", "--log-level", "warn",
+		args = append([]string{"chaos", "--database-url", fenceqtest.RequireServerURL(t), "--json", "--log-level", "warn",
 			"--log-dir", t.TempDir(), "--workers", "2", "--wave-every", "3s", "--customers", "10", "--order-keys", "4"}, args...)
 		cmd := exec.Command(TestBinary, args...)
 		var stdout, stderr bytes.Buffer

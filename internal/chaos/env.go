@@ -34,7 +34,7 @@ type EnvConfig struct {
 	// Binary is the fenceq binary the workers run. Required.
 	Binary string
 	// DatabaseURL names the server (postgres:// form). When it sets search_path, that
-	// schema is used as it is (migrated already, as internal/dbtest hands out);
+	// schema is used as it is (migrated already, as fenceqtest.New hands out);
 	// otherwise the harness creates a schema, migrates it, and drops it on Close unless
 	// KeepSchema.
 	DatabaseURL string

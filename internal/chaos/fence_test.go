@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fenceq/fenceq"
-	"github.com/fenceq/fenceq/internal/testutil"
+	"github.com/fenceq/fenceq/fenceqtest"
 	"github.com/fenceq/fenceq/internal/verify"
 	"github.com/fenceq/fenceq/jobs/invoice"
 	"github.com/fenceq/fenceq/jobs/order"
@@ -57,27 +57,22 @@ func TestCommitOutcomeUnknown(t *testing.T) {
 		t.Fatal(err)
 	}
 	jobID := res.Job.ID
-	testutil.WaitFor(t, "the order.place job to finish", 30*time.Second, func() bool {
-		return count(t, env.Pool, `SELECT count(*) FROM fenceq_jobs WHERE id = $1
-			AND state IN ('completed', 'discarded', 'cancelled')`, jobID) == 1
-	})
+	job := fenceqtest.WaitState(t, env.Pool, jobID, fenceq.StateCompleted, 30*time.Second)
 
-	// The fault happened: the server answered COMMIT and the worker never saw it.
+	// The fault happened: the server answered COMMIT and the worker never saw it. The
+	// commit is visible as soon as the server made it, a moment before the proxy records
+	// the reply it dropped.
+	fenceqtest.WaitFor(t, "the proxy to record the dropped COMMIT reply", 10*time.Second, func() bool {
+		return len(w.Proxy.CommitDrops()) > 0
+	})
 	drops := w.Proxy.CommitDrops()
 	if len(drops) != 1 || drops[0].Tag != "COMMIT" {
 		t.Fatalf("proxy dropped %+v; want exactly one COMMIT reply", drops)
 	}
 
 	// Completed exactly once, on its first attempt, under its first lease.
-	var state string
-	var attempt int
-	var gen int64
-	if err := env.Pool.QueryRow(ctx, `SELECT state, attempt, lease_gen FROM fenceq_jobs WHERE id = $1`, jobID).
-		Scan(&state, &attempt, &gen); err != nil {
-		t.Fatal(err)
-	}
-	if state != "completed" || attempt != 1 || gen != 1 {
-		t.Fatalf("job %d: state %s, attempt %d, lease_gen %d; want completed, 1, 1", jobID, state, attempt, gen)
+	if job.Attempt != 1 || job.LeaseGen != 1 {
+		t.Fatalf("job %d: completed at attempt %d, lease_gen %d; want 1, 1", jobID, job.Attempt, job.LeaseGen)
 	}
 	// It reconciled instead of writing again: a second fenced write after the landed
 	// commit would have been rejected and recorded.
@@ -102,11 +97,11 @@ func TestCommitOutcomeUnknown(t *testing.T) {
 	if n := count(t, env.Pool, `SELECT count(*) FROM orders WHERE idempotency_key = $1`, key); n != 1 {
 		t.Fatalf("%d orders with key %s; want 1", n, key)
 	}
-	if orderJob != jobID || orderGen != gen {
-		t.Fatalf("order written by job %d gen %d; want job %d gen %d", orderJob, orderGen, jobID, gen)
+	if orderJob != jobID || orderGen != job.LeaseGen {
+		t.Fatalf("order written by job %d gen %d; want job %d gen %d", orderJob, orderGen, jobID, job.LeaseGen)
 	}
 	dedupe := order.EmailDedupePrefix + strconv.FormatInt(orderID, 10)
-	testutil.WaitFor(t, "the confirmation email", 30*time.Second, func() bool {
+	fenceqtest.WaitFor(t, "the confirmation email", 30*time.Second, func() bool {
 		return count(t, env.Pool, `SELECT count(*) FROM fenceq_outbox WHERE dedupe_key = $1 AND state = 'delivered'`, dedupe) == 1
 	})
 	mail, err := os.ReadFile(w.MailFile)
@@ -150,7 +145,7 @@ func pauseMidInvoice(t *testing.T, env *Env) (jobID int64, paused *Worker) {
 		}
 		return *by
 	}
-	testutil.WaitFor(t, "the invoice job to be claimed", 30*time.Second, func() bool { return holder() != "" })
+	fenceqtest.WaitFor(t, "the invoice job to be claimed", 30*time.Second, func() bool { return holder() != "" })
 	first := holder()
 	for _, w := range env.Workers {
 		if w.ID() == first {
@@ -167,11 +162,11 @@ func pauseMidInvoice(t *testing.T, env *Env) (jobID int64, paused *Worker) {
 	}
 	t.Logf("paused %s mid-invoice: %s", paused.Name, proof)
 	t.Cleanup(func() { _ = paused.Proc.Resume() })
-	testutil.WaitFor(t, "another worker to take the job over", 20*time.Second, func() bool {
+	fenceqtest.WaitFor(t, "another worker to take the job over", 20*time.Second, func() bool {
 		h := holder()
 		return h != "" && h != first
 	})
-	testutil.WaitFor(t, "the other worker to write the invoice", 20*time.Second, func() bool {
+	fenceqtest.WaitFor(t, "the other worker to write the invoice", 20*time.Second, func() bool {
 		return count(t, env.Pool, `SELECT count(*) FROM invoices`) >= 1
 	})
 	if err := paused.Proc.Resume(); err != nil {
@@ -198,7 +193,7 @@ func TestSamePauseFencedAndNaive(t *testing.T) {
 		env := newTestEnv(t, EnvConfig{Workers: 2,
 			TaxArgs: []string{"--tax-latency", "1500ms-1500ms", "--tax-tail-probability", "0"}})
 		jobID, paused := pauseMidInvoice(t, env)
-		testutil.WaitFor(t, "the resumed holder to learn it lost the lease", 20*time.Second, func() bool {
+		fenceqtest.WaitFor(t, "the resumed holder to learn it lost the lease", 20*time.Second, func() bool {
 			return count(t, env.Pool, `SELECT count(*) FROM fenceq_lease_events WHERE job_id = $1
 				AND kind IN ('stale_write_rejected', 'expired_holder_alive') AND worker_id = $2`, jobID, paused.ID()) > 0
 		})
@@ -231,7 +226,7 @@ func TestSamePauseFencedAndNaive(t *testing.T) {
 		env := newTestEnv(t, EnvConfig{Workers: 2, Naive: true,
 			NaiveArgs: []string{"--tax-min=1500ms", "--tax-max=1500ms", "--tax-tail=0"}})
 		pauseMidInvoice(t, env)
-		testutil.WaitFor(t, "the resumed naive holder to write a second invoice", 20*time.Second, func() bool {
+		fenceqtest.WaitFor(t, "the resumed naive holder to write a second invoice", 20*time.Second, func() bool {
 			return count(t, env.Pool, `SELECT count(*) FROM invoices`) == 2
 		})
 		rep, err := verify.Run(context.Background(), env.Pool, verify.Options{})

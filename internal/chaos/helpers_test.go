@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fenceq/fenceq/internal/dbtest"
+	"github.com/fenceq/fenceq/fenceqtest"
 	"github.com/fenceq/fenceq/internal/pgcluster"
 	"github.com/fenceq/fenceq/jobs/builtin"
 )
@@ -47,7 +47,7 @@ func testEnvConfig(t testing.TB, cfg EnvConfig) EnvConfig {
 	t.Helper()
 	cfg.Binary = TestBinary
 	if !cfg.OwnCluster && cfg.DatabaseURL == "" {
-		db := dbtest.New(t, dbtest.Options{MaxConns: 2, Migrations: builtin.Migrations()})
+		db := fenceqtest.New(t, &fenceqtest.Options{MaxConns: 2, Migrations: builtin.Migrations()})
 		cfg.DatabaseURL = db.URL
 	}
 	cfg.NaiveCommand = TestNaiveCommand

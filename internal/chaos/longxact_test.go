@@ -13,18 +13,20 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/fenceq/fenceq"
 	"github.com/fenceq/fenceq/cli"
+	"github.com/fenceq/fenceq/fenceqprom"
+	"github.com/fenceq/fenceq/fenceqtest"
 	"github.com/fenceq/fenceq/internal/chaos"
-	"github.com/fenceq/fenceq/internal/metrics"
-	"github.com/fenceq/fenceq/internal/testutil"
 	"github.com/fenceq/fenceq/jobs/diag"
 )
 
 // TestLongTransaction holds an idle transaction open — its snapshot holds back the
 // vacuum horizon — while jobs flow through a worker process, then checks that the
-// oldest-transaction gauge of internal/metrics and `fenceq health` both report it.
+// oldest-transaction gauge of fenceqprom and `fenceq health` both report it.
 func TestLongTransaction(t *testing.T) {
 	t.Parallel()
 	env := chaos.NewTestEnv(t, chaos.EnvConfig{Workers: 1})
@@ -81,11 +83,11 @@ func TestLongTransaction(t *testing.T) {
 	}
 
 	// The gauge, as Prometheus scrapes it.
-	m := metrics.New()
-	if err := m.Register(metrics.NewDBCollector(env.Pool, 5*time.Second, nil)); err != nil {
+	reg := prometheus.NewRegistry()
+	if err := reg.Register(fenceqprom.NewDBCollector(env.Pool, 5*time.Second, nil)); err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(m.Handler())
+	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	defer srv.Close()
 	resp, err := http.Get(srv.URL)
 	if err != nil {
@@ -135,5 +137,5 @@ func TestLongTransaction(t *testing.T) {
 
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	testutil.WaitFor(t, what, 30*time.Second, cond)
+	fenceqtest.WaitFor(t, what, 30*time.Second, cond)
 }

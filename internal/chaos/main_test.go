@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/fenceq/fenceq/fenceqtest"
 )
 
 // naiveWorkerEnv makes the test binary run as a naive worker process instead of
@@ -54,7 +56,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	TestNaiveCommand = []string{self}
-	code := m.Run()
+	code := fenceqtest.Run(m) // stops the throwaway PostgreSQL cluster, if one was started
 	_ = os.RemoveAll(dir)
 	if code == 0 {
 		if err := goleak.Find(goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck")); err != nil {

@@ -9,8 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fenceq/fenceq/internal/dbtest"
-	"github.com/fenceq/fenceq/internal/testutil"
+	"github.com/fenceq/fenceq/fenceqtest"
 	"github.com/fenceq/fenceq/jobs/builtin"
 )
 
@@ -23,7 +22,7 @@ func TestPeriodicSlotsSurviveSIGKILL(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	db := dbtest.New(t, dbtest.Options{Migrations: builtin.Migrations()})
+	db := fenceqtest.New(t, &fenceqtest.Options{Migrations: builtin.Migrations()})
 	dir := t.TempDir()
 
 	add := exec.CommandContext(ctx, TestBinary, "periodic", "add", "tick", "--schedule", "@every 1s", "--kind", "noop",
@@ -67,17 +66,17 @@ func TestPeriodicSlotsSurviveSIGKILL(t *testing.T) {
 		}
 		return out
 	}
-	testutil.WaitFor(t, "the first slot", 60*time.Second, func() bool { return len(slots()) > 0 })
+	fenceqtest.WaitFor(t, "the first slot", 60*time.Second, func() bool { return len(slots()) > 0 })
 	first := slots()[0]
 	// Every process is up and running passes before the kill.
-	testutil.WaitFor(t, "three live workers", 60*time.Second, func() bool {
+	fenceqtest.WaitFor(t, "three live workers", 60*time.Second, func() bool {
 		var n int
 		_ = db.Pool.QueryRow(ctx, `SELECT count(*) FROM fenceq_workers`).Scan(&n)
 		return n == 3
 	})
 	waitSlot := func(at time.Time) {
 		t.Helper()
-		testutil.WaitFor(t, "slot "+at.Format(time.RFC3339), 60*time.Second, func() bool {
+		fenceqtest.WaitFor(t, "slot "+at.Format(time.RFC3339), 60*time.Second, func() bool {
 			s := slots()
 			return len(s) > 0 && !s[len(s)-1].Before(at)
 		})

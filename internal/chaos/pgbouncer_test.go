@@ -12,14 +12,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fenceq/fenceq/internal/dbtest"
+	"github.com/fenceq/fenceq/fenceqtest"
 	"github.com/fenceq/fenceq/jobs/builtin"
 )
 
 // startPgBouncer runs PgBouncer (the distribution's binary) in transaction pooling mode
 // in front of the test server, with one database whose server connections select the
 // test's schema. It returns the URL workers use; the process is stopped on cleanup.
-func startPgBouncer(t *testing.T, db *dbtest.DB) string {
+func startPgBouncer(t *testing.T, db *fenceqtest.DB) string {
 	t.Helper()
 	bin, err := exec.LookPath("pgbouncer")
 	if err != nil {
@@ -28,7 +28,7 @@ func startPgBouncer(t *testing.T, db *dbtest.DB) string {
 		}
 		bin = "/usr/sbin/pgbouncer"
 	}
-	server, err := url.Parse(dbtest.BaseURL())
+	server, err := url.Parse(fenceqtest.RequireServerURL(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +121,7 @@ func TestThroughPgBouncer(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts PgBouncer; skipped with -short")
 	}
-	db := dbtest.New(t, dbtest.Options{MaxConns: 2, Migrations: builtin.Migrations()})
+	db := fenceqtest.New(t, &fenceqtest.Options{MaxConns: 2, Migrations: builtin.Migrations()})
 	bouncer := startPgBouncer(t, db)
 	rep := runChaos(t, Config{
 		Env: EnvConfig{Workers: 3, Concurrency: 3, DatabaseURL: db.URL, WorkerDatabaseURL: bouncer,

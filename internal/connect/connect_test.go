@@ -6,15 +6,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fenceq/fenceq/fenceqtest"
 	"github.com/fenceq/fenceq/internal/connect"
-	"github.com/fenceq/fenceq/internal/dbtest"
 )
 
 func TestOpen(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	pool, err := connect.Open(ctx, dbtest.BaseURL(), 1)
+	pool, err := connect.Open(ctx, fenceqtest.RequireServerURL(t), 1)
 	if err != nil {
 		t.Fatalf("open the test server: %v", err)
 	}

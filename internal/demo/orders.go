@@ -36,7 +36,7 @@ func (r *demoRun) startOrders(ctx context.Context) (*httpserver.Server, func(), 
 	}
 	var mu sync.Mutex
 	rng := rand.New(rand.NewPCG(r.cfg.Seed, 7))
-	svc, err := order.NewService(order.Config{Pool: pool, Metrics: r.m.Idempotency(), Logger: r.log,
+	svc, err := order.NewService(order.Config{Pool: pool, Metrics: r.m.Orders, Logger: r.log,
 		BeforeCommit: func(ctx context.Context) error {
 			mu.Lock()
 			d := 400*time.Millisecond + time.Duration(rng.Int64N(int64(200*time.Millisecond)))

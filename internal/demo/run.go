@@ -11,10 +11,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fenceq/fenceq"
-	"github.com/fenceq/fenceq/internal/metrics"
 	"github.com/fenceq/fenceq/internal/verify"
+	"github.com/fenceq/fenceq/jobs/builtin"
 	"github.com/fenceq/fenceq/jobs/email"
 	"github.com/fenceq/fenceq/jobs/invoice"
 	"github.com/fenceq/fenceq/outbox"
@@ -28,7 +29,7 @@ type demoRun struct {
 	log    *slog.Logger
 	pr     *progress
 	dir    string
-	m      *metrics.Metrics
+	m      *builtin.Metrics
 	period string
 	pause  *pauser
 	pools  []*pgxpool.Pool // the workers' pools
@@ -67,7 +68,10 @@ func (r *demoRun) counts(ctx context.Context) (demoCounts, error) {
 
 func (r *demoRun) run(ctx context.Context) (*Report, error) {
 	r.period = invoice.PreviousPeriod(time.Now())
-	r.m = metrics.New()
+	var err error
+	if r.m, err = builtin.NewMetrics(prometheus.NewRegistry()); err != nil {
+		return nil, fmt.Errorf("demo: %w", err)
+	}
 	rep := &Report{Config: r.cfg, Period: r.period}
 	if _, err := invoice.SeedCustomers(ctx, r.pool, r.cfg.Customers, r.period); err != nil {
 		return nil, fmt.Errorf("demo: seed customers: %w", err)
@@ -251,10 +255,10 @@ func (r *demoRun) startWorkers(ctx context.Context, mailer email.Mailer) ([]*fen
 		}
 		hs := fenceq.NewHandlers()
 		log := r.log.With("worker", id)
-		if err := invoice.Register(hs, invoice.Config{Pool: pool, Tax: tax, Logger: log, Metrics: r.m.Invoices()}); err != nil {
+		if err := invoice.Register(hs, invoice.Config{Pool: pool, Tax: tax, Logger: log, Metrics: r.m.Invoices}); err != nil {
 			return workers, taxes, fmt.Errorf("demo: %w", err)
 		}
-		if _, err := email.RegisterRelay(hs, outbox.RelayConfig{Pool: pool, Logger: log, Metrics: r.m.Outbox()},
+		if _, err := email.RegisterRelay(hs, outbox.RelayConfig{Pool: pool, Logger: log, Metrics: r.m.Core.Outbox()},
 			email.DelivererConfig{Mailer: mailer}); err != nil {
 			return workers, taxes, fmt.Errorf("demo: %w", err)
 		}
@@ -263,7 +267,7 @@ func (r *demoRun) startWorkers(ctx context.Context, mailer email.Mailer) ([]*fen
 			Queues: map[string]fenceq.QueueConfig{invoice.Queue: {MaxWorkers: billingSlots},
 				outbox.Queue: {MaxWorkers: outboxSlots}},
 			LeaseDuration: r.cfg.Lease, HeartbeatInterval: r.heartbeat(), ReaperInterval: r.reaper(),
-			PollInterval: 200 * time.Millisecond, Logger: r.log, Observer: r.m,
+			PollInterval: 200 * time.Millisecond, Logger: r.log, Hooks: []fenceq.Hook{r.m.Core},
 		})
 		if err != nil {
 			return workers, taxes, fmt.Errorf("demo: %s: %w", id, err)

@@ -10,12 +10,12 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/fenceq/fenceq/internal/dbtest"
+	"github.com/fenceq/fenceq/fenceqtest"
 )
 
 type testBundle struct {
 	ctx   context.Context
-	db    *dbtest.DB
+	db    *fenceqtest.DB
 	proxy *Proxy
 	// url connects through the proxy.
 	url string
@@ -25,7 +25,7 @@ func setup(t *testing.T, appName string) *testBundle {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
-	db := dbtest.New(t, dbtest.Options{MaxConns: 2})
+	db := fenceqtest.New(t, &fenceqtest.Options{MaxConns: 2})
 	u, err := url.Parse(db.URL)
 	if err != nil {
 		t.Fatal(err)

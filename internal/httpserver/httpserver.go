@@ -29,6 +29,12 @@ func Start(addr string, h http.Handler, log *slog.Logger, what string) (*Server,
 	if err != nil {
 		return nil, fmt.Errorf("listen for %s on %s: %w", what, addr, err)
 	}
+	return Serve(ln, h, log, what), nil
+}
+
+// Serve serves h on ln in the background, for a listener the caller opened itself
+// (the dashboard refuses some addresses before listening). It logs like Start.
+func Serve(ln net.Listener, h http.Handler, log *slog.Logger, what string) *Server {
 	s := &Server{Addr: ln.Addr().String(), done: make(chan struct{}),
 		srv: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}}
 	go func() {
@@ -38,7 +44,7 @@ func Start(addr string, h http.Handler, log *slog.Logger, what string) (*Server,
 		}
 	}()
 	log.Info("serving "+what, "addr", s.Addr)
-	return s, nil
+	return s
 }
 
 // Done is closed when the server stopped serving: after Stop, or on its own when

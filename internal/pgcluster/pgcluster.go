@@ -44,7 +44,17 @@ type Options struct {
 	StartTimeout time.Duration
 	// Logger receives progress lines. Defaults to a logger that discards.
 	Logger *slog.Logger
+	// DirPrefix starts the name of the temporary directory. Defaults to "fenceq-pg-".
+	DirPrefix string
+	// OwnerPID, when set, is recorded in the cluster directory (OwnerFile) as the
+	// process the cluster belongs to, so that ReapOrphans can remove the cluster once
+	// that process is gone without having stopped it.
+	OwnerPID int
 }
+
+// OwnerFile is the file in a cluster's directory holding the pid of the process that
+// owns the cluster (Options.OwnerPID).
+const OwnerFile = "owner.pid"
 
 // Cluster is a running throwaway cluster.
 type Cluster struct {
@@ -133,14 +143,24 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 			base = "/tmp"
 		}
 	}
-	if c.Dir, err = os.MkdirTemp(base, "fenceq-pg-"); err != nil {
+	prefix := opts.DirPrefix
+	if prefix == "" {
+		prefix = "fenceq-pg-"
+	}
+	if c.Dir, err = os.MkdirTemp(base, prefix); err != nil {
 		return nil, fmt.Errorf("start PostgreSQL cluster: %w", err)
 	}
+	dir := c.Dir // a failed Start returns a nil c
 	defer func() {
 		if err != nil {
-			_ = os.RemoveAll(c.Dir)
+			_ = os.RemoveAll(dir)
 		}
 	}()
+	if opts.OwnerPID > 0 {
+		if err := os.WriteFile(filepath.Join(c.Dir, OwnerFile), []byte(strconv.Itoa(opts.OwnerPID)+"\n"), 0o644); err != nil {
+			return nil, fmt.Errorf("start PostgreSQL cluster: record its owner: %w", err)
+		}
+	}
 	c.dataDir = filepath.Join(c.Dir, "data")
 	c.logFile = filepath.Join(c.Dir, "postgres.log")
 	if c.cred != nil {
@@ -244,13 +264,60 @@ func (c *Cluster) Stop(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-func (c *Cluster) killPostmaster() error {
-	b, err := os.ReadFile(filepath.Join(c.dataDir, "postmaster.pid"))
+func (c *Cluster) killPostmaster() error { return killPostmaster(c.dataDir) }
+
+// ReapOrphans removes the clusters under baseDir whose directory name starts with prefix
+// and whose owner (OwnerFile) is no longer running: their postmaster is shut down
+// (immediately) and their directory removed. A directory without an owner file is left
+// alone: it belongs to a cluster started without OwnerPID, or to one being created. It
+// returns the directories removed.
+func ReapOrphans(baseDir, prefix string) ([]string, error) {
+	if prefix == "" {
+		return nil, errors.New("reap orphaned clusters: prefix is empty")
+	}
+	dirs, err := filepath.Glob(filepath.Join(baseDir, prefix+"*"))
+	if err != nil {
+		return nil, fmt.Errorf("reap orphaned clusters in %s: %w", baseDir, err)
+	}
+	var removed []string
+	var errs []error
+	for _, dir := range dirs {
+		b, err := os.ReadFile(filepath.Join(dir, OwnerFile))
+		if err != nil {
+			continue
+		}
+		owner, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil || owner <= 0 || processAlive(owner) {
+			continue
+		}
+		if err := killPostmaster(filepath.Join(dir, "data")); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			errs = append(errs, fmt.Errorf("remove orphaned cluster %s: %w", dir, err))
+			continue
+		}
+		removed = append(removed, dir)
+	}
+	return removed, errors.Join(errs...)
+}
+
+// processAlive reports whether a process with this pid exists (a process of another
+// user counts).
+func processAlive(pid int) bool {
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}
+
+// killPostmaster shuts down the postmaster of the data directory, if one runs.
+func killPostmaster(dataDir string) error {
+	b, err := os.ReadFile(filepath.Join(dataDir, "postmaster.pid"))
 	if err != nil {
 		return nil
 	}
 	pid, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(string(b), "\n", 2)[0]))
-	if err != nil || pid <= 0 {
+	if err != nil || pid <= 0 || !runsDataDir(pid, dataDir) {
 		return nil
 	}
 	// SIGQUIT is PostgreSQL's immediate shutdown; the children follow the postmaster.
@@ -266,6 +333,21 @@ func (c *Cluster) killPostmaster() error {
 	}
 	_ = syscall.Kill(pid, syscall.SIGKILL)
 	return nil
+}
+
+// runsDataDir reports whether process pid may be the postmaster of dataDir. Where /proc
+// shows command lines, it must be a process started with dataDir in its arguments (a
+// postmaster that died leaves its pid file behind, and the pid may since belong to
+// another process); elsewhere any process counts.
+func runsDataDir(pid int, dataDir string) bool {
+	if _, err := os.Stat("/proc/self/cmdline"); err != nil {
+		return true
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return false
+	}
+	return slices.Contains(strings.Split(string(b), "\x00"), dataDir)
 }
 
 func (c *Cluster) readLog() string {

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fenceq/fenceq/internal/dbtest"
+	"github.com/fenceq/fenceq/fenceqtest"
 	"github.com/fenceq/fenceq/internal/verify"
 	"github.com/fenceq/fenceq/jobs/builtin"
 	"github.com/fenceq/fenceq/outbox"
@@ -15,22 +15,22 @@ import (
 )
 
 type testBundle struct {
-	db  *dbtest.DB
+	db  *fenceqtest.DB
 	ctx context.Context
 }
 
-func setup(t *testing.T, opts ...dbtest.Options) *testBundle {
+func setup(t *testing.T, opts ...fenceqtest.Options) *testBundle {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
-	var o dbtest.Options
+	var o fenceqtest.Options
 	if len(opts) > 0 {
 		o = opts[0]
 	}
 	if !o.NoMigrate {
 		o.Migrations = builtin.Migrations()
 	}
-	return &testBundle{db: dbtest.New(t, o), ctx: ctx}
+	return &testBundle{db: fenceqtest.New(t, &o), ctx: ctx}
 }
 
 func (b *testBundle) exec(t *testing.T, sql string, args ...any) {
@@ -74,7 +74,7 @@ func TestCleanSchemaPasses(t *testing.T) {
 
 func TestMissingTablesAreSkippedNotCrashed(t *testing.T) {
 	t.Parallel()
-	b := setup(t, dbtest.Options{NoMigrate: true})
+	b := setup(t, fenceqtest.Options{NoMigrate: true})
 	rep := b.run(t, verify.Options{})
 	if len(rep.Checks) == 0 {
 		t.Fatal("no checks reported")

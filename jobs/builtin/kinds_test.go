@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/fenceq/fenceq"
-	"github.com/fenceq/fenceq/internal/dbtest"
+	"github.com/fenceq/fenceq/fenceqtest"
 	"github.com/fenceq/fenceq/jobs/builtin"
 	"github.com/fenceq/fenceq/jobs/email"
 	"github.com/fenceq/fenceq/jobs/invoice"
@@ -80,7 +80,7 @@ func TestKindValidateArgs(t *testing.T) {
 // Register adds a handler for exactly the kinds Kinds describes.
 func TestRegister(t *testing.T) {
 	t.Parallel()
-	db := dbtest.New(t, dbtest.Options{MaxConns: 2, Migrations: builtin.Migrations()})
+	db := fenceqtest.New(t, &fenceqtest.Options{MaxConns: 2, Migrations: builtin.Migrations()})
 	mailer, err := email.NewFileMailer(t.TempDir() + "/mail.jsonl")
 	if err != nil {
 		t.Fatal(err)

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fenceq/fenceq/internal/dbtest"
+	"github.com/fenceq/fenceq/fenceqtest"
 	"github.com/fenceq/fenceq/jobs/builtin"
 	"github.com/fenceq/fenceq/jobs/invoice"
 	"github.com/fenceq/fenceq/migrations"
@@ -23,7 +23,7 @@ func TestUpgradeFromSingleSetSchema(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	db := dbtest.New(t, dbtest.Options{NoMigrate: true})
+	db := fenceqtest.New(t, &fenceqtest.Options{NoMigrate: true})
 	if _, err := db.Pool.Exec(ctx, singleSetV8); err != nil {
 		t.Fatalf("load the fixture: %v", err)
 	}

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/fenceq/fenceq"
-	"github.com/fenceq/fenceq/internal/dbtest"
+	"github.com/fenceq/fenceq/fenceqtest"
 	"github.com/fenceq/fenceq/jobs/diag"
 	"github.com/fenceq/fenceq/queue"
 )
@@ -32,7 +32,7 @@ func TestSleepAndNoop(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	db := dbtest.New(t)
+	db := fenceqtest.New(t, nil)
 	hs := fenceq.NewHandlers()
 	diag.Register(hs)
 	w, err := fenceq.NewWorker(db.Pool, fenceq.Config{Handlers: hs, PollInterval: 50 * time.Millisecond,
@@ -54,25 +54,8 @@ func TestSleepAndNoop(t *testing.T) {
 	if err := w.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	wait := func(id int64, want queue.State) {
-		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			j, err := queue.GetJob(ctx, db.Pool, id)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if j.State == want {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("job %d is %s, want %s", id, j.State, want)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	wait(noop.Job.ID, queue.StateCompleted)
-	wait(sleep.Job.ID, queue.StateRunning)
+	fenceqtest.WaitState(t, db.Pool, noop.Job.ID, queue.StateCompleted, 10*time.Second)
+	fenceqtest.WaitState(t, db.Pool, sleep.Job.ID, queue.StateRunning, 10*time.Second)
 	stopCtx, cancelStop := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer cancelStop()
 	start := time.Now()

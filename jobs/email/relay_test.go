@@ -14,8 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fenceq/fenceq"
-	"github.com/fenceq/fenceq/internal/dbtest"
-	"github.com/fenceq/fenceq/internal/testutil"
+	"github.com/fenceq/fenceq/fenceqtest"
 	"github.com/fenceq/fenceq/jobs/email"
 	"github.com/fenceq/fenceq/jobs/email/emailtest"
 	"github.com/fenceq/fenceq/outbox"
@@ -23,7 +22,7 @@ import (
 )
 
 type relayBundle struct {
-	db      *dbtest.DB
+	db      *fenceqtest.DB
 	ctx     context.Context
 	smtp    *emailtest.Server
 	mailer  *email.SMTPMailer
@@ -34,7 +33,7 @@ func setupRelay(t *testing.T, opts ...emailtest.Options) *relayBundle {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
-	b := &relayBundle{db: dbtest.New(t, dbtest.Options{MaxConns: 4}), ctx: ctx, metrics: newCountingMetrics()}
+	b := &relayBundle{db: fenceqtest.New(t, &fenceqtest.Options{MaxConns: 4}), ctx: ctx, metrics: newCountingMetrics()}
 	b.smtp = emailtest.Start(t, opts...)
 	b.mailer = newSMTP(t, email.SMTPConfig{Addr: b.smtp.Addr, StartTLS: email.StartTLSOff})
 	return b
@@ -68,7 +67,7 @@ func (b *relayBundle) startRelay(t *testing.T, pool *pgxpool.Pool, id string, ma
 	tune ...func(*outbox.RelayConfig)) *fenceq.Worker {
 	t.Helper()
 	hs := fenceq.NewHandlers()
-	cfg := outbox.RelayConfig{Pool: pool, Logger: testutil.QuietLogger(), Metrics: b.metrics,
+	cfg := outbox.RelayConfig{Pool: pool, Logger: fenceqtest.QuietLogger(), Metrics: b.metrics,
 		Backoff: &queue.Backoff{Base: 50 * time.Millisecond, Max: 200 * time.Millisecond}}
 	for _, f := range tune {
 		f(&cfg)
@@ -77,9 +76,9 @@ func (b *relayBundle) startRelay(t *testing.T, pool *pgxpool.Pool, id string, ma
 	if err != nil {
 		t.Fatalf("register relay: %v", err)
 	}
-	return testutil.StartWorker(b.ctx, t, pool, fenceq.Config{
+	return fenceqtest.StartWorker(b.ctx, t, pool, fenceq.Config{
 		Handlers: hs, ID: id, Queues: map[string]fenceq.QueueConfig{outbox.Queue: {MaxWorkers: 4}},
-		LeaseDuration: lease, ReaperInterval: lease / 4, PollInterval: 50 * time.Millisecond, Logger: testutil.QuietLogger(),
+		LeaseDuration: lease, ReaperInterval: lease / 4, PollInterval: 50 * time.Millisecond, Logger: fenceqtest.QuietLogger(),
 	})
 }
 
@@ -124,24 +123,6 @@ func (b *relayBundle) waitRow(t *testing.T, id int64, want outbox.State, within 
 		if time.Now().After(deadline) {
 			t.Fatalf("outbox row %d is %s after %s, want %s (last error %v, job %s)", id, o.State, within, want,
 				deref(o.LastError), o.DeliveryJobState)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func (b *relayBundle) waitJob(t *testing.T, id int64, want queue.State, within time.Duration) *queue.JobRow {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		j, err := queue.GetJob(b.ctx, b.db.Pool, id)
-		if err != nil {
-			t.Fatalf("get job %d: %v", id, err)
-		}
-		if j.State == want {
-			return j
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("job %d is %s after %s, want %s", id, j.State, within, want)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -208,7 +189,7 @@ func TestRelayMarksPermanentRejectionsAndLastAttemptsFailed(t *testing.T) {
 
 	rejected := b.waitRow(t, perm[0], outbox.StateFailed, 10*time.Second)
 	// The row is marked failed under the lease, then the job is discarded: not retried.
-	b.waitJob(t, *rejected.DeliveryJobID, queue.StateDiscarded, 10*time.Second)
+	fenceqtest.WaitState(t, b.db.Pool, *rejected.DeliveryJobID, queue.StateDiscarded, 10*time.Second)
 	if rejected.Attempt != 1 || !strings.Contains(deref(rejected.LastError), "550") ||
 		!strings.Contains(deref(rejected.LastError), "no such user here") {
 		t.Fatalf("permanently rejected row: %+v (last error %q)", rejected, deref(rejected.LastError))
@@ -312,23 +293,16 @@ func TestRelayKilledAfterAcceptRedeliversWithSameMessageID(t *testing.T) {
 	// A comes back and tries to mark the row delivered: the fence rejects it.
 	cutA.Store(false)
 	resumeOnce.Do(func() { close(resume) })
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	fenceqtest.WaitFor(t, "relay A's late write to be rejected", 10*time.Second, func() bool {
 		var n int64
 		err := b.db.Pool.QueryRow(b.ctx, `SELECT count(*) FROM fenceq_lease_events
-			WHERE job_id = $1 AND lease_gen = $2 AND worker_id = 'relay-A' AND kind = 'stale_write_rejected'`,
-			*after.DeliveryJobID, genA).Scan(&n)
+			WHERE job_id = $1 AND lease_gen = $2 AND worker_id = 'relay-A' AND kind = $3`,
+			*after.DeliveryJobID, genA, queue.EventStaleWriteRejected).Scan(&n)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if n > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("relay A's late write was not rejected")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return n > 0
+	})
 	if final := b.row(t, id); final.State != outbox.StateDelivered || final.LeaseGen != after.LeaseGen || final.Attempt != 2 {
 		t.Fatalf("row changed after A's rejected write: %+v", final)
 	}
@@ -415,7 +389,7 @@ func TestRegisterValidatesConfig(t *testing.T) {
 	if _, err := email.RegisterRelay(hs, outbox.RelayConfig{}, email.DelivererConfig{}); err == nil || !strings.Contains(err.Error(), "Pool") {
 		t.Fatalf("no pool: %v", err)
 	}
-	db := dbtest.New(t, dbtest.Options{MaxConns: 1, NoMigrate: true})
+	db := fenceqtest.New(t, &fenceqtest.Options{MaxConns: 1, NoMigrate: true})
 	if _, err := email.RegisterRelay(hs, outbox.RelayConfig{Pool: db.Pool}, email.DelivererConfig{}); err == nil || !strings.Contains(err.Error(), "Mailer") {
 		t.Fatalf("no mailer: %v", err)
 	}

@@ -8,16 +8,15 @@ import (
 	"time"
 
 	"github.com/fenceq/fenceq"
+	"github.com/fenceq/fenceq/fenceqtest"
 	"github.com/fenceq/fenceq/idempotency"
-	"github.com/fenceq/fenceq/internal/dbtest"
-	"github.com/fenceq/fenceq/internal/testutil"
 	"github.com/fenceq/fenceq/jobs/housekeeping"
 	"github.com/fenceq/fenceq/outbox"
 	"github.com/fenceq/fenceq/queue"
 )
 
 type testBundle struct {
-	db  *dbtest.DB
+	db  *fenceqtest.DB
 	ctx context.Context
 }
 
@@ -25,7 +24,7 @@ func setup(t *testing.T) *testBundle {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
-	return &testBundle{db: dbtest.New(t, dbtest.Options{MaxConns: 6}), ctx: ctx}
+	return &testBundle{db: fenceqtest.New(t, &fenceqtest.Options{MaxConns: 6}), ctx: ctx}
 }
 
 // key claims a key; finished keys get their response, in-flight ones are committed as
@@ -63,7 +62,7 @@ func (b *testBundle) keys(t *testing.T, where string) int64 {
 
 func (b *testBundle) waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	testutil.WaitFor(t, what, 20*time.Second, cond)
+	fenceqtest.WaitFor(t, what, 20*time.Second, cond)
 }
 
 func (b *testBundle) allExpired(t *testing.T) bool {
@@ -104,7 +103,7 @@ func TestHousekeepingJobRecurs(t *testing.T) {
 	if err := housekeeping.Register(hs, housekeeping.Config{}); err == nil {
 		t.Fatal("Register without a pool succeeded")
 	}
-	if err := housekeeping.Register(hs, housekeeping.Config{Pool: b.db.Pool, BatchSize: 2, Logger: testutil.QuietLogger()}); err != nil {
+	if err := housekeeping.Register(hs, housekeeping.Config{Pool: b.db.Pool, BatchSize: 2, Logger: fenceqtest.QuietLogger()}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := housekeeping.Periodic(1500 * time.Millisecond); !errors.Is(err, queue.ErrInvalid) {
@@ -138,8 +137,8 @@ func TestHousekeepingJobRecurs(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	testutil.StartWorker(b.ctx, t, b.db.Pool, fenceq.Config{Handlers: hs, LeaseDuration: 5 * time.Second,
-		ReaperInterval: 50 * time.Millisecond, PollInterval: 50 * time.Millisecond, Logger: testutil.QuietLogger(),
+	fenceqtest.StartWorker(b.ctx, t, b.db.Pool, fenceq.Config{Handlers: hs, LeaseDuration: 5 * time.Second,
+		ReaperInterval: 50 * time.Millisecond, PollInterval: 50 * time.Millisecond, Logger: fenceqtest.QuietLogger(),
 		Periodic: []*fenceq.PeriodicJob{sched}, PeriodicInterval: 100 * time.Millisecond})
 	b.waitFor(t, "the job to delete the expired finished keys", func() bool {
 		return b.keys(t, `state = 'finished' AND key LIKE 'old-%'`) == 0

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/fenceq/fenceq"
-	"github.com/fenceq/fenceq/internal/testutil"
+	"github.com/fenceq/fenceq/fenceqtest"
 	"github.com/fenceq/fenceq/jobs/invoice"
 	"github.com/fenceq/fenceq/queue"
 )
@@ -85,10 +85,10 @@ func TestBillingRunIsIdempotentAcrossRunsAndProcesses(t *testing.T) {
 	}
 
 	b.startWorker(t, workerOpts{id: "worker-A", tax: newTax(t, invoice.SimulatedTaxConfig{}), slots: 8})
-	testutil.WaitFor(t, "every invoice", 30*time.Second, func() bool {
+	fenceqtest.WaitFor(t, "every invoice", 30*time.Second, func() bool {
 		return b.count(t, `SELECT count(*) FROM invoices WHERE period = $1`, period) == customers
 	})
-	testutil.WaitFor(t, "every invoice job to complete", 10*time.Second, func() bool {
+	fenceqtest.WaitFor(t, "every invoice job to complete", 10*time.Second, func() bool {
 		return b.count(t, `SELECT count(*) FROM fenceq_jobs WHERE kind = 'invoice' AND state = 'completed'`) == customers
 	})
 	for range 2 {

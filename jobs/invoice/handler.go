@@ -91,8 +91,8 @@ type Metrics interface {
 	// InvoiceCreated: a fenced commit wrote an invoice and its email row.
 	InvoiceCreated()
 	// DuplicatePrevented: a job found its invoice already written. how is
-	// "existing_invoice" (seen before the work) or "unique_constraint" (the UNIQUE
-	// (customer_id, period) constraint stopped a second invoice at commit).
+	// DuplicateExistingInvoice (seen before the work) or DuplicateUniqueConstraint (the
+	// UNIQUE (customer_id, period) constraint stopped a second invoice at commit).
 	DuplicatePrevented(how string)
 	// StaleWriteRejected: the database rejected a commit whose lease had been revoked.
 	StaleWriteRejected()
@@ -213,7 +213,7 @@ func (h *handler) work(ctx context.Context, job *fenceq.Job[Args]) error {
 	err := h.cfg.Pool.QueryRow(ctx, sqlInvoiceIDFor, a.CustomerID, a.Period).Scan(&existing)
 	switch {
 	case err == nil:
-		h.cfg.Metrics.DuplicatePrevented("existing_invoice")
+		h.cfg.Metrics.DuplicatePrevented(DuplicateExistingInvoice)
 		log.Info("invoice already exists; job completes without writing", "invoice_id", existing)
 		return nil
 	case !errors.Is(err, pgx.ErrNoRows):
@@ -275,7 +275,7 @@ func (h *handler) work(ctx context.Context, job *fenceq.Job[Args]) error {
 		return fmt.Errorf("commit invoice of customer %d %s: %w", a.CustomerID, a.Period, err)
 	}
 	if duplicate {
-		h.cfg.Metrics.DuplicatePrevented("unique_constraint")
+		h.cfg.Metrics.DuplicatePrevented(DuplicateUniqueConstraint)
 		log.Warn("invoice already existed: UNIQUE (customer_id, period) prevented a duplicate; no second email",
 			"invoice_id", invoiceID)
 		return nil

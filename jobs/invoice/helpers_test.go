@@ -12,8 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fenceq/fenceq"
-	"github.com/fenceq/fenceq/internal/dbtest"
-	"github.com/fenceq/fenceq/internal/testutil"
+	"github.com/fenceq/fenceq/fenceqtest"
 	"github.com/fenceq/fenceq/jobs/email"
 	"github.com/fenceq/fenceq/jobs/email/emailtest"
 	"github.com/fenceq/fenceq/jobs/invoice"
@@ -25,7 +24,7 @@ import (
 const period = "2025-01"
 
 type testBundle struct {
-	db      *dbtest.DB
+	db      *fenceqtest.DB
 	ctx     context.Context
 	smtp    *emailtest.Server
 	mailer  *email.SMTPMailer
@@ -38,7 +37,7 @@ func setup(t *testing.T) *testBundle {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
-	b := &testBundle{db: dbtest.New(t, dbtest.Options{MaxConns: 4, Migrations: []migrations.Set{migrations.Core(), invoice.Migrations()}}), ctx: ctx, metrics: &invoiceMetrics{}, outcomes: &outcomes{}}
+	b := &testBundle{db: fenceqtest.New(t, &fenceqtest.Options{MaxConns: 4, Migrations: []migrations.Set{migrations.Core(), invoice.Migrations()}}), ctx: ctx, metrics: &invoiceMetrics{}, outcomes: &outcomes{}}
 	b.smtp = emailtest.Start(t)
 	m, err := email.NewSMTPMailer(email.SMTPConfig{Addr: b.smtp.Addr, From: "Billing <billing@example.com>",
 		StartTLS: email.StartTLSOff, Timeout: 5 * time.Second})
@@ -56,9 +55,9 @@ type invoiceMetrics struct {
 func (m *invoiceMetrics) InvoiceCreated() { m.created.Add(1) }
 func (m *invoiceMetrics) DuplicatePrevented(how string) {
 	switch how {
-	case "existing_invoice":
+	case invoice.DuplicateExistingInvoice:
 		m.existing.Add(1)
-	case "unique_constraint":
+	case invoice.DuplicateUniqueConstraint:
 		m.unique.Add(1)
 	default:
 		panic("unknown duplicate kind " + how)
@@ -126,7 +125,7 @@ func (b *testBundle) startWorker(t *testing.T, o workerOpts) *fenceq.Worker {
 	}
 	backoff := &queue.Backoff{Base: 50 * time.Millisecond, Max: 300 * time.Millisecond}
 	hs := fenceq.NewHandlers()
-	h, err := invoice.Handler(invoice.Config{Pool: o.pool, Tax: o.tax, Logger: testutil.QuietLogger(), Metrics: b.metrics})
+	h, err := invoice.Handler(invoice.Config{Pool: o.pool, Tax: o.tax, Logger: fenceqtest.QuietLogger(), Metrics: b.metrics})
 	if err != nil {
 		t.Fatalf("invoice handler: %v", err)
 	}
@@ -135,13 +134,13 @@ func (b *testBundle) startWorker(t *testing.T, o workerOpts) *fenceq.Worker {
 		b.outcomes.add(outcome{Worker: o.id, Lease: job.Lease(), Args: job.Args, Err: err})
 		return err
 	}, &fenceq.HandlerOpts{Backoff: backoff})
-	if _, err := email.RegisterRelay(hs, outbox.RelayConfig{Pool: o.pool, Logger: testutil.QuietLogger(), Backoff: backoff},
+	if _, err := email.RegisterRelay(hs, outbox.RelayConfig{Pool: o.pool, Logger: fenceqtest.QuietLogger(), Backoff: backoff},
 		email.DelivererConfig{Mailer: b.mailer}); err != nil {
 		t.Fatalf("relay: %v", err)
 	}
-	return testutil.StartWorker(b.ctx, t, o.pool, fenceq.Config{
+	return fenceqtest.StartWorker(b.ctx, t, o.pool, fenceq.Config{
 		Handlers: hs, ID: o.id, LeaseDuration: o.lease, ReaperInterval: o.lease / 4,
-		PollInterval: 50 * time.Millisecond, Logger: testutil.QuietLogger(), Backoff: *backoff,
+		PollInterval: 50 * time.Millisecond, Logger: fenceqtest.QuietLogger(), Backoff: *backoff,
 		Queues: map[string]fenceq.QueueConfig{invoice.Queue: {MaxWorkers: o.slots}, outbox.Queue: {MaxWorkers: 2}},
 	})
 }

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/fenceq/fenceq"
-	"github.com/fenceq/fenceq/internal/testutil"
+	"github.com/fenceq/fenceq/fenceqtest"
 	"github.com/fenceq/fenceq/jobs/invoice"
 	"github.com/fenceq/fenceq/queue"
 )
@@ -61,7 +61,7 @@ func TestPausedHolderReplayOfTheIncident(t *testing.T) {
 
 	// B takes over once A's lease expires, and commits the invoice.
 	b.startWorker(t, workerOpts{id: "worker-B", tax: newTax(t, invoice.SimulatedTaxConfig{}), lease: lease})
-	testutil.WaitFor(t, "B's invoice", 15*time.Second, func() bool {
+	fenceqtest.WaitFor(t, "B's invoice", 15*time.Second, func() bool {
 		return b.count(t, `SELECT count(*) FROM invoices WHERE customer_id = $1`, ids[0]) == 1
 	})
 	var writer string
@@ -81,7 +81,7 @@ func TestPausedHolderReplayOfTheIncident(t *testing.T) {
 	// A resumes: the tax call returns, A computes the invoice and tries to commit it.
 	cutA.Store(false)
 	resumeOnce.Do(func() { close(resume) })
-	testutil.WaitFor(t, "A's attempt to end", 10*time.Second, func() bool {
+	fenceqtest.WaitFor(t, "A's attempt to end", 10*time.Second, func() bool {
 		for _, o := range b.outcomes.list() {
 			if o.Worker == "worker-A" {
 				return true
@@ -101,7 +101,7 @@ func TestPausedHolderReplayOfTheIncident(t *testing.T) {
 		t.Fatalf("stale writes counted: %d, want 1", got)
 	}
 
-	testutil.WaitFor(t, "the invoice email", 15*time.Second, func() bool {
+	fenceqtest.WaitFor(t, "the invoice email", 15*time.Second, func() bool {
 		return b.count(t, `SELECT count(*) FROM fenceq_outbox WHERE state = 'delivered'`) == 1
 	})
 	b.checkInvariants(t, 1)
@@ -213,7 +213,7 @@ func TestEightWorkersTwoHundredCustomersWithPausesAndSlowTax(t *testing.T) {
 		t.Fatalf("billing run: %d %v", n, err)
 	}
 
-	testutil.WaitFor(t, "every invoice job to finish and every email to be delivered", 60*time.Second, func() bool {
+	fenceqtest.WaitFor(t, "every invoice job to finish and every email to be delivered", 60*time.Second, func() bool {
 		return b.count(t, `SELECT count(*) FROM fenceq_jobs WHERE state NOT IN ('completed', 'discarded', 'cancelled')`) == 0 &&
 			b.count(t, `SELECT count(*) FROM fenceq_outbox WHERE state = 'delivered'`) == customers
 	})
@@ -284,7 +284,7 @@ func TestUniqueConstraintIsTheLastLineOfDefence(t *testing.T) {
 		return nil
 	}})
 	b.startWorker(t, workerOpts{id: "worker-A", tax: tax})
-	testutil.WaitFor(t, "both jobs to complete", 15*time.Second, func() bool {
+	fenceqtest.WaitFor(t, "both jobs to complete", 15*time.Second, func() bool {
 		return b.count(t, `SELECT count(*) FROM fenceq_jobs WHERE id = ANY($1) AND state = 'completed'`, jobs) == 2
 	})
 	if n := b.count(t, `SELECT count(*) FROM invoices`); n != 1 {
@@ -295,14 +295,14 @@ func TestUniqueConstraintIsTheLastLineOfDefence(t *testing.T) {
 	}
 	// The handler counts its outcome after its commit returns, so after the job's state
 	// is visible: wait for both counts before reading them.
-	testutil.WaitFor(t, "both attempts to count their outcome", 5*time.Second, func() bool {
+	fenceqtest.WaitFor(t, "both attempts to count their outcome", 5*time.Second, func() bool {
 		return b.metrics.created.Load()+b.metrics.unique.Load()+b.metrics.existing.Load() == 2
 	})
 	if b.metrics.unique.Load() != 1 || b.metrics.created.Load() != 1 {
 		t.Fatalf("created %d, prevented by the constraint %d, existing %d; want 1, 1 and 0",
 			b.metrics.created.Load(), b.metrics.unique.Load(), b.metrics.existing.Load())
 	}
-	testutil.WaitFor(t, "the email", 10*time.Second, func() bool { return len(b.smtp.Deduped()) == 1 })
+	fenceqtest.WaitFor(t, "the email", 10*time.Second, func() bool { return len(b.smtp.Deduped()) == 1 })
 }
 
 // Test 5: bad input and failing dependencies.
@@ -346,7 +346,7 @@ func TestBadInputAndFailingDependencies(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		j := waitJob(t, b, res.Job.ID, queue.StateDiscarded)
+		j := fenceqtest.WaitState(t, b.db.Pool, res.Job.ID, queue.StateDiscarded, 15*time.Second)
 		if j.Attempt != 1 || len(j.Errors) != 1 || !strings.Contains(j.Errors[0].Error, "period") {
 			t.Fatalf("job with a malformed period: %+v", j)
 		}
@@ -360,7 +360,7 @@ func TestBadInputAndFailingDependencies(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		j := waitJob(t, b, res.Job.ID, queue.StateDiscarded)
+		j := fenceqtest.WaitState(t, b.db.Pool, res.Job.ID, queue.StateDiscarded, 15*time.Second)
 		if j.Attempt != 1 || len(j.Errors) != 1 || !strings.Contains(j.Errors[0].Error, "customer 987654: unknown customer") {
 			t.Fatalf("job for an unknown customer: %+v", j)
 		}
@@ -374,7 +374,7 @@ func TestBadInputAndFailingDependencies(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		j := waitJob(t, b, res.Job.ID, queue.StateCompleted)
+		j := fenceqtest.WaitState(t, b.db.Pool, res.Job.ID, queue.StateCompleted, 15*time.Second)
 		if j.Attempt != 3 || len(j.Errors) != 2 || !strings.Contains(j.Errors[0].Error, "tax service unavailable") {
 			t.Fatalf("job after two tax failures: attempt %d, errors %+v", j.Attempt, j.Errors)
 		}
@@ -388,9 +388,9 @@ func TestBadInputAndFailingDependencies(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitJob(t, b, res.Job.ID, queue.StateCompleted)
+		fenceqtest.WaitState(t, b.db.Pool, res.Job.ID, queue.StateCompleted, 15*time.Second)
 		var state, lastErr string
-		testutil.WaitFor(t, "the bounced email to fail", 10*time.Second, func() bool {
+		fenceqtest.WaitFor(t, "the bounced email to fail", 10*time.Second, func() bool {
 			err := b.db.Pool.QueryRow(b.ctx, `SELECT o.state, COALESCE(o.last_error, '') FROM fenceq_outbox o
 				JOIN invoices i ON o.dedupe_key = 'invoice-email:' || i.id WHERE i.customer_id = $1`, bounced).Scan(&state, &lastErr)
 			return err == nil && state == "failed"
@@ -405,30 +405,16 @@ func TestBadInputAndFailingDependencies(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitJob(t, b, res.Job.ID, queue.StateCompleted)
+		fenceqtest.WaitState(t, b.db.Pool, res.Job.ID, queue.StateCompleted, 15*time.Second)
 		before := b.metrics.existing.Load()
 		if _, err := queue.RetryJob(b.ctx, b.db.Pool, res.Job.ID); err != nil {
 			t.Fatal(err)
 		}
-		testutil.WaitFor(t, "the retried job to complete again", 10*time.Second, func() bool { return b.metrics.existing.Load() == before+1 })
-		waitJob(t, b, res.Job.ID, queue.StateCompleted)
+		fenceqtest.WaitFor(t, "the retried job to complete again", 10*time.Second, func() bool { return b.metrics.existing.Load() == before+1 })
+		fenceqtest.WaitState(t, b.db.Pool, res.Job.ID, queue.StateCompleted, 15*time.Second)
 		if n := b.count(t, `SELECT count(*) FROM fenceq_outbox o JOIN invoices i ON o.dedupe_key = 'invoice-email:' || i.id
 			WHERE i.customer_id = $1`, healthy); n != 1 {
 			t.Fatalf("%d email rows after the retry, want 1", n)
 		}
 	})
-}
-
-func waitJob(t *testing.T, b *testBundle, id int64, want queue.State) *queue.JobRow {
-	t.Helper()
-	var j *queue.JobRow
-	testutil.WaitFor(t, fmt.Sprintf("job %d to be %s", id, want), 15*time.Second, func() bool {
-		var err error
-		j, err = queue.GetJob(b.ctx, b.db.Pool, id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return j.State == want
-	})
-	return j
 }

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fenceq/fenceq/internal/testutil"
+	"github.com/fenceq/fenceq/fenceqtest"
 	"github.com/fenceq/fenceq/jobs/order"
 	"github.com/fenceq/fenceq/queue"
 )
@@ -463,5 +463,5 @@ func TestServiceValidation(t *testing.T) {
 
 func (b *testBundle) waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	testutil.WaitFor(t, what, 20*time.Second, cond)
+	fenceqtest.WaitFor(t, what, 20*time.Second, cond)
 }

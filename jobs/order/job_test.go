@@ -6,26 +6,10 @@ import (
 	"time"
 
 	"github.com/fenceq/fenceq"
-	"github.com/fenceq/fenceq/internal/testutil"
+	"github.com/fenceq/fenceq/fenceqtest"
 	"github.com/fenceq/fenceq/jobs/order"
 	"github.com/fenceq/fenceq/queue"
 )
-
-func (b *testBundle) waitJob(t *testing.T, id int64, want queue.State) *queue.JobRow {
-	t.Helper()
-	var j *queue.JobRow
-	b.waitFor(t, "job to finish", func() bool {
-		var err error
-		if j, err = queue.GetJob(b.ctx, b.db.Pool, id); err != nil {
-			t.Fatal(err)
-		}
-		return j.State.Final()
-	})
-	if j.State != want {
-		t.Fatalf("job %d is %s, want %s (errors %+v)", id, j.State, want, j.Errors)
-	}
-	return j
-}
 
 func TestPlaceJob(t *testing.T) {
 	t.Parallel()
@@ -34,8 +18,8 @@ func TestPlaceJob(t *testing.T) {
 	if err := order.Register(hs, b.svc); err != nil {
 		t.Fatal(err)
 	}
-	testutil.StartWorker(b.ctx, t, b.pool, fenceq.Config{Handlers: hs, LeaseDuration: 5 * time.Second,
-		ReaperInterval: 100 * time.Millisecond, PollInterval: 50 * time.Millisecond, Logger: testutil.QuietLogger()})
+	fenceqtest.StartWorker(b.ctx, t, b.pool, fenceq.Config{Handlers: hs, LeaseDuration: 5 * time.Second,
+		ReaperInterval: 100 * time.Millisecond, PollInterval: 50 * time.Millisecond, Logger: fenceqtest.QuietLogger()})
 	req := order.Request{CustomerEmail: "bob@example.com", Currency: "USD",
 		Items: []order.Item{{SKU: "BOOK-1", Quantity: 1, UnitPriceCents: 1250}, {SKU: "PEN-2", Quantity: 3, UnitPriceCents: 199}}}
 	enqueue := func(args order.PlaceArgs) int64 {
@@ -49,8 +33,8 @@ func TestPlaceJob(t *testing.T) {
 	// Two jobs for the same key and request, possibly at once: one order.
 	j1 := enqueue(order.PlaceArgs{IdempotencyKey: "job-key", Request: req})
 	j2 := enqueue(order.PlaceArgs{IdempotencyKey: "job-key", Request: req})
-	b.waitJob(t, j1, queue.StateCompleted)
-	b.waitJob(t, j2, queue.StateCompleted)
+	fenceqtest.WaitState(t, b.db.Pool, j1, queue.StateCompleted, 20*time.Second)
+	fenceqtest.WaitState(t, b.db.Pool, j2, queue.StateCompleted, 20*time.Second)
 
 	var id, jobID, gen, outboxJob int64
 	if err := b.db.Pool.QueryRow(b.ctx, `SELECT o.id, o.job_id, o.lease_gen, x.job_id FROM orders o
@@ -74,10 +58,10 @@ func TestPlaceJob(t *testing.T) {
 	// A different request with the key, and an invalid request: discarded, no retry.
 	other := req
 	other.Items = []order.Item{{SKU: "BOOK-1", Quantity: 2, UnitPriceCents: 1250}}
-	j3 := b.waitJob(t, enqueue(order.PlaceArgs{IdempotencyKey: "job-key", Request: other}), queue.StateDiscarded)
+	j3 := fenceqtest.WaitState(t, b.db.Pool, enqueue(order.PlaceArgs{IdempotencyKey: "job-key", Request: other}), queue.StateDiscarded, 20*time.Second)
 	bad := req
 	bad.Items = []order.Item{{SKU: "BOOK-1", Quantity: 0}}
-	j4 := b.waitJob(t, enqueue(order.PlaceArgs{IdempotencyKey: "bad", Request: bad}), queue.StateDiscarded)
+	j4 := fenceqtest.WaitState(t, b.db.Pool, enqueue(order.PlaceArgs{IdempotencyKey: "bad", Request: bad}), queue.StateDiscarded, 20*time.Second)
 	if j3.Attempt != 1 || j4.Attempt != 1 {
 		t.Fatalf("discarded jobs ran %d and %d attempts, want 1", j3.Attempt, j4.Attempt)
 	}

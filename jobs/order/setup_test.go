@@ -12,14 +12,13 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/fenceq/fenceq/internal/dbtest"
-	"github.com/fenceq/fenceq/internal/testutil"
+	"github.com/fenceq/fenceq/fenceqtest"
 	"github.com/fenceq/fenceq/jobs/order"
 	"github.com/fenceq/fenceq/migrations"
 )
 
 type testBundle struct {
-	db      *dbtest.DB
+	db      *fenceqtest.DB
 	pool    *pgxpool.Pool // the service's pool
 	ctx     context.Context
 	svc     *order.Service
@@ -40,7 +39,7 @@ func setup(t *testing.T, o bundleOpts) *testBundle {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
-	db := dbtest.New(t, dbtest.Options{MaxConns: 4, Migrations: []migrations.Set{migrations.Core(), order.Migrations()}})
+	db := fenceqtest.New(t, &fenceqtest.Options{MaxConns: 4, Migrations: []migrations.Set{migrations.Core(), order.Migrations()}})
 	b := &testBundle{db: db, ctx: ctx, metrics: &order.Counters{}, appName: "order-test-" + db.Schema}
 
 	pcfg, err := pgxpool.ParseConfig(db.URL)
@@ -60,7 +59,7 @@ func setup(t *testing.T, o bundleOpts) *testBundle {
 	b.pool = pool
 
 	cfg := o.cfg
-	cfg.Pool, cfg.Metrics, cfg.Logger = pool, b.metrics, testutil.QuietLogger()
+	cfg.Pool, cfg.Metrics, cfg.Logger = pool, b.metrics, fenceqtest.QuietLogger()
 	b.svc, err = order.NewService(cfg)
 	if err != nil {
 		t.Fatalf("new service: %v", err)

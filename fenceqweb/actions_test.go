@@ -1,0 +1,179 @@
+package fenceqweb
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fenceq/fenceq/outbox"
+	"github.com/fenceq/fenceq/queue"
+)
+
+func (b *testBundle) queuePaused(t *testing.T, name string) bool {
+	t.Helper()
+	var paused bool
+	err := b.db.Pool.QueryRow(b.ctx, `SELECT COALESCE((SELECT paused FROM fenceq_queues WHERE name = $1), false)`, name).Scan(&paused)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return paused
+}
+
+func wantRedirect(t *testing.T, what string, r response, location string) {
+	t.Helper()
+	if r.status != http.StatusSeeOther || r.header.Get("Location") != location {
+		t.Fatalf("%s: %d Location %q; want 303 to %q\n%s", what, r.status, r.header.Get("Location"), location, r.body)
+	}
+}
+
+func TestRetryJob(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.insert(t, queue.InsertParams{Kind: "boom", MaxAttempts: 1})
+	c := b.claim(t, "default", "w1", time.Minute)
+	if st, err := queue.Fail(b.ctx, b.db.Pool, queue.LeaseOf(c), queue.FailParams{Err: "boom"}); err != nil || st != queue.StateDiscarded {
+		t.Fatalf("fail: %s %v", st, err)
+	}
+	page := fmt.Sprintf("/jobs/%d", c.ID)
+	r := b.act(t, page, page+"/retry")
+	// The redirect is relative to the action's URL: ../../jobs/ID is the job's page.
+	wantRedirect(t, "retry", r, fmt.Sprintf("../../jobs/%d?flash=retried", c.ID))
+	if j := b.job(t, c.ID); j.State != queue.StateAvailable || j.FinishedAt != nil {
+		t.Fatalf("after retry the job is %s; want available", j.State)
+	}
+	mustContain(t, "flash", b.page(t, page+"?flash=retried"), "Job retried")
+
+	// A running job cannot be retried: 409 with the engine's reason and a hint, unchanged.
+	run := b.claim(t, "default", "w2", time.Minute)
+	r = b.act(t, fmt.Sprintf("/jobs/%d", run.ID), fmt.Sprintf("/jobs/%d/retry", run.ID))
+	if r.status != http.StatusConflict || !strings.Contains(r.body, "it is running") || !strings.Contains(r.body, "requeue") {
+		t.Fatalf("retry of a running job: %d\n%s", r.status, r.body)
+	}
+	if j := b.job(t, run.ID); j.State != queue.StateRunning || j.LeaseGen != run.LeaseGen {
+		t.Fatalf("refused retry changed the job: %s gen %d", j.State, j.LeaseGen)
+	}
+}
+
+func TestCancelRunningJobAsksThenRevokesTheLease(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.insert(t, queue.InsertParams{Kind: "long"})
+	c := b.claim(t, "default", "worker-x", time.Minute)
+	page := fmt.Sprintf("/jobs/%d", c.ID)
+	// The first POST is the confirmation step: nothing changes yet.
+	r := b.act(t, page, page+"/cancel")
+	if r.status != http.StatusOK {
+		t.Fatalf("cancel without confirmation: %d\n%s", r.status, r.body)
+	}
+	mustContain(t, "confirmation", r.body, "Cancel job", "worker-x", "generation 1 → 2", `name="confirm" value="yes"`,
+		fmt.Sprintf(`action="../../jobs/%d/cancel"`, c.ID))
+	if j := b.job(t, c.ID); j.State != queue.StateRunning {
+		t.Fatalf("the confirmation step changed the job: %s", j.State)
+	}
+	r = b.act(t, page, page+"/cancel", "confirm", "yes")
+	wantRedirect(t, "cancel", r, fmt.Sprintf("../../jobs/%d?flash=cancelled", c.ID))
+	j := b.job(t, c.ID)
+	if j.State != queue.StateCancelled || j.LeaseGen != c.LeaseGen+1 {
+		t.Fatalf("after cancel: %s gen %d; want cancelled gen %d", j.State, j.LeaseGen, c.LeaseGen+1)
+	}
+	if b.eventKinds(t, c.ID)[queue.EventRevoked] != 1 {
+		t.Fatal("cancelling a running job recorded no revocation")
+	}
+	// The revoked holder can write nothing.
+	if err := queue.Complete(b.ctx, b.db.Pool, queue.LeaseOf(c)); err == nil {
+		t.Fatal("the revoked holder completed the job")
+	}
+}
+
+func TestRequeueRunningJobRevokesTheLease(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.insert(t, queue.InsertParams{Kind: "long"})
+	c := b.claim(t, "default", "worker-y", time.Minute)
+	page := fmt.Sprintf("/jobs/%d", c.ID)
+	r := b.act(t, page, page+"/requeue")
+	mustContain(t, "confirmation", r.body, "Requeue job", "may happen twice")
+	if j := b.job(t, c.ID); j.State != queue.StateRunning {
+		t.Fatalf("the confirmation step changed the job: %s", j.State)
+	}
+	r = b.act(t, page, page+"/requeue", "confirm", "yes")
+	wantRedirect(t, "requeue", r, fmt.Sprintf("../../jobs/%d?flash=requeued", c.ID))
+	j := b.job(t, c.ID)
+	if j.State != queue.StateAvailable || j.LeaseGen != c.LeaseGen+1 || j.LeasedBy != nil {
+		t.Fatalf("after requeue: %s gen %d holder %v", j.State, j.LeaseGen, j.LeasedBy)
+	}
+	if b.eventKinds(t, c.ID)[queue.EventRevoked] != 1 {
+		t.Fatal("requeueing a running job recorded no revocation")
+	}
+	body := b.page(t, page)
+	mustContain(t, "timeline after requeue", body, "revoked: requeued by operator", "made by the revocation of generation 1")
+}
+
+func TestPauseAndResumeQueue(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.insert(t, queue.InsertParams{Queue: "billing"})
+	r := b.act(t, "/queues", "/queues/billing/pause")
+	mustContain(t, "confirmation", r.body, "Pause queue billing?", `action="../../queues/billing/pause"`)
+	if b.queuePaused(t, "billing") {
+		t.Fatal("the confirmation step paused the queue")
+	}
+	r = b.act(t, "/queues", "/queues/billing/pause", "confirm", "yes")
+	wantRedirect(t, "pause", r, "../../queues?flash=paused")
+	if !b.queuePaused(t, "billing") {
+		t.Fatal("the queue is not paused")
+	}
+	// Paused means no claim: the engine sees the same setting.
+	if js, err := queue.Claim(b.ctx, b.db.Pool, queue.ClaimParams{Queue: "billing", WorkerID: "w", Limit: 1, Lease: time.Minute}); err != nil || len(js) != 0 {
+		t.Fatalf("claimed %d jobs from the paused queue (%v)", len(js), err)
+	}
+	mustContain(t, "queues page", b.page(t, "/queues?flash=paused"), "Queue paused", ">Resume</button>")
+	r = b.act(t, "/queues", "/queues/billing/resume")
+	wantRedirect(t, "resume", r, "../../queues?flash=resumed")
+	if b.queuePaused(t, "billing") {
+		t.Fatal("the queue is still paused")
+	}
+	r = b.act(t, "/queues", "/queues/bad%20name/pause", "confirm", "yes")
+	if r.status != http.StatusBadRequest {
+		t.Fatalf("pause of an invalid queue name: %d", r.status)
+	}
+}
+
+func TestRetryOutboxRow(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	tx, err := b.db.Pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := outbox.Insert(b.ctx, tx, outbox.Message{Topic: "email", DedupeKey: "k:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A pending row with a live delivery job cannot be retried.
+	r := b.act(t, "/outbox", fmt.Sprintf("/outbox/%d/retry", res.ID))
+	if r.status != http.StatusConflict {
+		t.Fatalf("retry of a pending row: %d\n%s", r.status, r.body)
+	}
+	// Its delivery ended and it failed: retry makes it pending with a new delivery job.
+	if _, err := queue.CancelJob(b.ctx, b.db.Pool, res.DeliveryJobID, "test"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.db.Pool.Exec(b.ctx, `UPDATE fenceq_outbox SET state = 'failed' WHERE id = $1`, res.ID); err != nil {
+		t.Fatal(err)
+	}
+	r = b.act(t, "/outbox?state=failed", fmt.Sprintf("/outbox/%d/retry", res.ID))
+	wantRedirect(t, "outbox retry", r, "../../outbox?state=pending&flash=outbox-retried")
+	o, err := outbox.Get(b.ctx, b.db.Pool, res.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.State != outbox.StatePending || o.DeliveryJobID == nil || *o.DeliveryJobID == res.DeliveryJobID {
+		t.Fatalf("after retry: %s, delivery job %v (was %d)", o.State, o.DeliveryJobID, res.DeliveryJobID)
+	}
+}

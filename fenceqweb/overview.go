@@ -1,0 +1,91 @@
+package fenceqweb
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/fenceq/fenceq/health"
+	"github.com/fenceq/fenceq/queue"
+)
+
+// overviewWindow is how far back the overview's chart and finished counts look, in
+// overviewBuckets intervals.
+const (
+	overviewWindow  = time.Hour
+	overviewBuckets = 60
+	overviewEvents  = 12
+)
+
+func overviewSection() section {
+	return section{name: "Overview", path: "/", routes: func(h *Handler, rt *router) {
+		rt.page("GET /{$}", h.overview)
+	}}
+}
+
+type overviewData struct {
+	Clock  clock
+	Health *health.Report
+	Counts *queue.QueueCounts
+	// Totals sums the queues: unfinished by state, and finished within the window.
+	Totals      map[queue.State]int64
+	Unfinished  []queue.State
+	Final       []queue.State
+	Chart       chart
+	Window      time.Duration
+	Events      []queue.LeaseEvent
+	EventCounts map[queue.LeaseEventKind]int64
+	EventKinds  []queue.LeaseEventKind
+	Workers     int
+}
+
+func (h *Handler) overview(ctx context.Context, _ *http.Request) (*page, error) {
+	db := h.cfg.DB
+	now, err := h.dbNow(ctx)
+	if err != nil {
+		return nil, err
+	}
+	d := &overviewData{Clock: h.clockAt(now), Window: overviewWindow, Unfinished: queue.UnfinishedStates(),
+		Final: queue.FinalStates(), EventKinds: queue.LeaseEventKinds(), Totals: map[queue.State]int64{}}
+	if d.Health, err = health.Check(ctx, db, h.cfg.Health); err != nil {
+		return nil, err
+	}
+	if d.Counts, err = queue.CountQueues(ctx, db, queue.CountParams{Window: overviewWindow}); err != nil {
+		return nil, err
+	}
+	for _, q := range d.Counts.Queues {
+		for st, n := range q.Unfinished {
+			d.Totals[st] += n
+		}
+		for st, n := range q.Finished {
+			d.Totals[st] += n
+		}
+	}
+	tp, err := queue.ReadThroughput(ctx, db, queue.CountParams{Window: overviewWindow}, overviewBuckets)
+	if err != nil {
+		return nil, err
+	}
+	d.Chart = buildChart(tp, h.cfg.Location)
+	if d.EventCounts, err = queue.CountLeaseEvents(ctx, db, overviewWindow); err != nil {
+		return nil, err
+	}
+	if d.Events, err = queue.ListLeaseEvents(ctx, db, 0, overviewEvents); err != nil {
+		return nil, err
+	}
+	ws, err := queue.ListWorkers(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	d.Workers = len(ws)
+	return &page{title: "Overview", template: "overview", nav: "/", data: d}, nil
+}
+
+// IsCapped reports whether a state's count stopped at the cap (a lower bound).
+func (d *overviewData) IsCapped(st queue.State) bool {
+	for _, c := range d.Counts.Capped {
+		if c == st {
+			return true
+		}
+	}
+	return false
+}

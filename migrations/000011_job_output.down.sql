@@ -1,0 +1,1 @@
+ALTER TABLE fenceq_jobs DROP COLUMN output;
