@@ -90,10 +90,13 @@ func (w *Worker) heartbeatOnce(ctx context.Context) {
 			}
 		}
 	}
-	if !res.WorkerRegistered {
-		w.log.Warn("worker row missing from fenceq_workers; registering again")
+	if stale := w.rowStale.Swap(false); !res.WorkerRegistered || stale {
+		if !res.WorkerRegistered {
+			w.log.Warn("worker row missing from fenceq_workers; registering again")
+		}
 		rctx, cancel := context.WithTimeout(ctx, w.cfg.WriteTimeout)
 		if err := w.register(rctx); err != nil {
+			w.rowStale.Store(true)
 			w.log.Warn("register worker", "err", err)
 		}
 		cancel()

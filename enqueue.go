@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"slices"
 
 	"github.com/fenceq/fenceq/queue"
 )
@@ -37,9 +38,16 @@ func mergeOpts(args JobArgs, opts *InsertOpts, own bool) InsertOpts {
 		if opts.UniqueKey != "" {
 			o.UniqueKey = opts.UniqueKey
 		}
+		if !opts.Unique.IsZero() {
+			o.Unique = opts.Unique
+		}
+		if len(opts.Tags) > 0 {
+			o.Tags = append(slices.Clip(o.Tags), opts.Tags...) // duplicates are dropped by the engine
+		}
 	}
 	switch {
 	case own:
+		o.Tags = slices.Clone(o.Tags) // the job's own, like Metadata
 		merged := make(map[string]any, len(o.Metadata)+1)
 		maps.Copy(merged, o.Metadata)
 		if opts != nil {
@@ -73,8 +81,13 @@ func insertParams(args JobArgs, o InsertOpts) (queue.InsertParams, error) {
 			return queue.InsertParams{}, fmt.Errorf("encode %s metadata: %w", args.Kind(), err)
 		}
 	}
+	unique := o.Unique
+	if unique.ByArgs && len(unique.ArgsFields) == 0 {
+		unique.ArgsFields = uniqueFields(args)
+	}
 	return queue.InsertParams{Queue: o.Queue, Kind: args.Kind(), Args: raw, Priority: o.Priority,
-		RunAt: o.RunAt, RunIn: o.RunIn, MaxAttempts: o.MaxAttempts, UniqueKey: o.UniqueKey, Metadata: meta}, nil
+		RunAt: o.RunAt, RunIn: o.RunIn, MaxAttempts: o.MaxAttempts, UniqueKey: o.UniqueKey, Unique: unique,
+		Tags: o.Tags, Metadata: meta}, nil
 }
 
 // Enqueue inserts one job. Pass a pgx.Tx as db to make the job part of your
@@ -94,9 +107,10 @@ type EnqueueItem struct {
 }
 
 // EnqueueMany inserts a batch with COPY and returns how many rows were inserted (jobs
-// whose unique key matches an unfinished job are skipped). One invalid job fails the
-// whole batch before anything is written. Like Enqueue, it goes through the insert
-// middleware of the Inserter ctx carries, which sees the batch in one call.
+// whose unique key is held by another job, or by an earlier job of the batch, are
+// skipped). One invalid job fails the whole batch before anything is written. Like
+// Enqueue, it goes through the insert middleware of the Inserter ctx carries, which sees
+// the batch in one call.
 func EnqueueMany(ctx context.Context, db Beginner, items []EnqueueItem) (int64, error) {
 	return inserterFrom(ctx).EnqueueMany(ctx, db, items)
 }

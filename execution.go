@@ -251,16 +251,13 @@ func (e *execution) settle(err error, trace string, cause error) {
 			outcome = OutcomeCancelled
 			return queue.Cancel(ctx, w.pool, e.lease, err.Error())
 		default:
-			backoff := w.cfg.Backoff
-			if e.handler != nil && e.handler.opts.Backoff != nil {
-				backoff = *e.handler.opts.Backoff
-			}
+			backoff, sinceAttempted := e.retryAfter()
 			msg := err.Error()
 			if cause != nil && !errors.Is(err, cause) {
 				msg = fmt.Sprintf("%s (context: %v)", msg, cause)
 			}
 			state, ferr := queue.Fail(ctx, w.pool, e.lease, queue.FailParams{
-				Err: msg, Trace: trace, Backoff: backoff.Delay(e.row.Attempt),
+				Err: msg, Trace: trace, Backoff: backoff, SinceAttempted: sinceAttempted,
 				Discard: errors.As(err, &discard),
 			})
 			outcome = OutcomeRetried

@@ -29,6 +29,15 @@ type HandlerOpts struct {
 	// Middleware wraps the work of this kind's jobs, inside the worker's
 	// (Config.Middleware), the first outermost.
 	Middleware []Middleware
+	// NextRetry, when set, decides when a failed job of this kind runs again: it gets
+	// the job's row and returns the instant of the retry, or the zero time to fall back
+	// to Backoff. Compute the instant from the row's times (AttemptedAt, the database's
+	// time of this attempt's claim; RunAt; CreatedAt), not from time.Now(): the retry is
+	// scheduled at AttemptedAt + (instant - AttemptedAt) by the database, so the
+	// worker's clock never enters. An instant already past retries at once. It is not
+	// consulted for JobDiscard, JobCancel or JobSnooze, nor once the attempts are used
+	// up.
+	NextRetry func(job *JobRow) time.Time
 }
 
 // Handlers maps job kinds to handlers. Build one with NewHandlers and AddHandler, then

@@ -32,7 +32,14 @@ type (
 	AttemptError = queue.AttemptError
 	// ValidationError names the input that was wrong; it matches ErrInvalid.
 	ValidationError = queue.ValidationError
+	// UniqueOpts makes a job unique by its args, period, queue and a chosen set of
+	// states (InsertOpts.Unique).
+	UniqueOpts = queue.UniqueOpts
 )
+
+// UnfinishedStates returns the states of a job that will still run or is running: the
+// states every UniqueOpts.ByState must include.
+func UnfinishedStates() []State { return queue.UnfinishedStates() }
 
 // Job states.
 const (
@@ -110,8 +117,21 @@ type InsertOpts struct {
 	// MaxAttempts defaults to 25.
 	MaxAttempts int
 	// UniqueKey: while a job with this key is not finished, enqueueing another returns
-	// the existing one (InsertResult.Existing) instead of a second row.
+	// the existing one (InsertResult.Existing) instead of a second row. With Unique set
+	// too, it is one part of the computed key.
 	UniqueKey string
+	// Unique makes the job unique by more than one key: by its args (ByArgs: all of
+	// them, or only the fields of the args struct tagged `unique:"true"`), by period
+	// (ByPeriod: one job per period of run_at, by the database's clock), by queue
+	// (ByQueue), and in chosen states (ByState: the unfinished states and any final ones,
+	// e.g. StateCompleted for "once per period, even after it ran"). A second enqueue
+	// while the key is held returns the holder (InsertResult.Existing). The zero value
+	// takes the kind's InsertOpts.
+	Unique UniqueOpts
+	// Tags label the job for operators (`fenceq jobs list --tag T`): at most 20, each
+	// 1–64 letters, digits and "_ . : -". They are added to those of the kind's
+	// InsertOpts.
+	Tags []string
 	// Metadata is stored with the job as a JSON object (JobRow.Metadata): what produced
 	// it and what travels with it, apart from its args. Keys given here are added to
 	// those of the kind's InsertOpts.

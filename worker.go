@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -35,6 +37,7 @@ type Worker struct {
 	queues   map[string]*queueLoop
 	complete chan *execution
 
+	claimCtx     context.Context // the claim loops' context, set by Start (for AddQueue)
 	claimCancel  context.CancelFunc
 	bgCancel     context.CancelFunc
 	claimWG      sync.WaitGroup
@@ -43,6 +46,15 @@ type Worker struct {
 	completerWG  sync.WaitGroup
 	completeDone chan struct{}
 	runners      *runners
+
+	// kinds are the kinds of the handlers, sorted: the only ones the worker claims.
+	kinds []string
+	// regMu orders the writes of the worker's row, so that the last one written names the
+	// queues served last (AddQueue, RemoveQueue), and none lands after Stop removed it.
+	regMu sync.Mutex
+	// rowStale is set when a change of queues could not be recorded; the next heartbeat
+	// writes the row again.
+	rowStale atomic.Bool
 
 	periodic      []PeriodicParams // Config.Periodic, checked
 	periodicSince time.Time        // the database's time at Start: slots after it fell due while this worker ran
@@ -77,6 +89,23 @@ type queueLoop struct {
 	// freed slot wakes it. Freed slots do not wake it otherwise: a wake-up per finished
 	// job would cost every job an empty claim besides its own.
 	starved bool
+	// floor is the last job of a kind this worker has no handler for that a look from
+	// the start of the order found ahead of the jobs it could claim, and checkedFloor
+	// when it was last looked for. Claims that would start from the start start after
+	// the floor instead, except the look behind, so a queue whose head holds jobs of
+	// other kinds is walked once per PollInterval, not by every claim. Only the claim
+	// loop touches them.
+	floor        *queue.ClaimCursor
+	checkedFloor time.Time
+	// stop ends the claim loop after its current claim (RemoveQueue); done is closed
+	// when it has ended.
+	stop chan struct{}
+	done chan struct{}
+}
+
+func newQueueLoop(name string, max int) *queueLoop {
+	return &queueLoop{name: name, max: max, wake: make(chan struct{}, 1),
+		stop: make(chan struct{}), done: make(chan struct{})}
 }
 
 func (q *queueLoop) poke() {
@@ -107,7 +136,9 @@ func NewWorker(pool *pgxpool.Pool, cfg Config) (*Worker, error) {
 		queues:   map[string]*queueLoop{},
 		runners:  newRunners(runnerIdle),
 		complete: make(chan *execution, cfg.CompleteBatchSize),
+		kinds:    cfg.Handlers.Kinds(),
 	}
+	slices.Sort(w.kinds)
 	if w.periodic, err = cfg.periodicParams(); err != nil {
 		return nil, err
 	}
@@ -115,7 +146,7 @@ func NewWorker(pool *pgxpool.Pool, cfg Config) (*Worker, error) {
 		w.inserter = NewInserter(cfg.InsertMiddleware...)
 	}
 	for name, q := range cfg.Queues {
-		w.queues[name] = &queueLoop{name: name, max: q.MaxWorkers, wake: make(chan struct{}, 1)}
+		w.queues[name] = newQueueLoop(name, q.MaxWorkers)
 	}
 	return w, nil
 }
@@ -123,8 +154,15 @@ func NewWorker(pool *pgxpool.Pool, cfg Config) (*Worker, error) {
 // ID returns the worker's id, as stored in fenceq_workers and leased_by.
 func (w *Worker) ID() string { return w.cfg.ID }
 
-// Config returns the worker's config with defaults applied.
-func (w *Worker) Config() Config { return w.cfg }
+// Config returns the worker's config with defaults applied; Queues are the queues it
+// serves now (see AddQueue).
+func (w *Worker) Config() Config {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	c := w.cfg
+	c.Queues = maps.Clone(w.cfg.Queues)
+	return c
+}
 
 // Start registers the worker in fenceq_workers and starts claiming. It returns once the
 // worker runs; call Stop to shut it down.
@@ -174,11 +212,16 @@ func (w *Worker) Start(ctx context.Context) error {
 			defer w.claimWG.Done()
 			queue.Listen(claimCtx, w.pool, queue.ListenConfig{
 				OnNotify: func(q string) {
-					if ql, ok := w.queues[q]; ok {
+					w.mu.Lock()
+					ql := w.queues[q]
+					w.mu.Unlock()
+					if ql != nil {
 						ql.poke()
 					}
 				},
 				OnConnect: func() {
+					w.mu.Lock()
+					defer w.mu.Unlock()
 					for _, ql := range w.queues {
 						ql.poke()
 					}
@@ -187,14 +230,16 @@ func (w *Worker) Start(ctx context.Context) error {
 			})
 		}()
 	}
+	w.mu.Lock()
+	w.claimCtx = claimCtx
 	for _, ql := range w.queues {
 		w.claimWG.Add(1)
 		go w.runQueue(claimCtx, ql)
 	}
-	w.mu.Lock()
 	w.state = stateStarted
+	names := w.queueNamesLocked()
 	w.mu.Unlock()
-	w.log.Info("worker started", "queues", w.queueNames(), "lease", w.cfg.LeaseDuration,
+	w.log.Info("worker started", "queues", names, "kinds", w.kinds, "lease", w.cfg.LeaseDuration,
 		"heartbeat", w.cfg.HeartbeatInterval)
 	return nil
 }
@@ -251,9 +296,11 @@ func (w *Worker) Stop(ctx context.Context) error {
 
 	dctx, cancel := context.WithTimeout(context.Background(), w.cfg.WriteTimeout)
 	defer cancel()
+	w.regMu.Lock() // after any AddQueue or RemoveQueue writing the row
 	if err := queue.DeregisterWorker(dctx, w.pool, w.cfg.ID); err != nil {
 		w.log.Warn("deregister worker", "err", err)
 	}
+	w.regMu.Unlock()
 	w.mu.Lock()
 	w.state = stateStopped
 	w.mu.Unlock()
@@ -312,15 +359,23 @@ func (w *Worker) RunningJobs() []Lease {
 
 func (w *Worker) runQueue(ctx context.Context, ql *queueLoop) {
 	defer w.claimWG.Done()
+	defer close(ql.done)
 	poll := time.NewTicker(w.cfg.PollInterval)
 	defer poll.Stop()
 	for {
+		select {
+		case <-ql.stop:
+			return
+		default:
+		}
 		full := w.claimOnce(ctx, ql)
 		if full && ctx.Err() == nil {
 			continue // there may be more: claim again at once
 		}
 		select {
 		case <-ctx.Done():
+			return
+		case <-ql.stop:
 			return
 		case <-ql.wake:
 		case <-poll.C:
@@ -336,10 +391,11 @@ func (w *Worker) runQueue(ctx context.Context, ql *queueLoop) {
 // to fill every slot would make claiming and completing alternate instead of overlap.
 func (w *Worker) claimOnce(ctx context.Context, ql *queueLoop) bool {
 	w.mu.Lock()
-	free := ql.max - w.running[ql.name]
+	maxWorkers := ql.max
+	free := maxWorkers - w.running[ql.name]
 	ql.starved = free <= 0
 	w.mu.Unlock()
-	limit := min(free, w.cfg.ClaimBatchSize, (ql.max+1)/2)
+	limit := min(free, w.cfg.ClaimBatchSize, (maxWorkers+1)/2)
 	if limit <= 0 {
 		return false
 	}
@@ -347,22 +403,28 @@ func (w *Worker) claimOnce(ctx context.Context, ql *queueLoop) bool {
 	// Under a backlog (the last claim was full), claim after the position where the last
 	// claim ended, so the claim does not walk the dead index entries of the jobs claimed
 	// before it: a claim from the start reads every one of them until VACUUM removes
-	// them, and none can be removed while an old transaction holds the horizon. Jobs
-	// that become available behind the cursor are claimed from the start of the order,
-	// which happens at least once per PollInterval and whenever there is no cursor.
+	// them, and none can be removed while an old transaction holds the horizon. Without
+	// a backlog, claim after the floor (jobs of other kinds at the head), if any. Jobs
+	// that become available behind the cursor or the floor are claimed from the start
+	// of the order, which happens at least once per PollInterval and whenever there is
+	// neither.
 	after := ql.cursor
-	if after != nil && sent.Sub(ql.lookedBehind) >= w.cfg.PollInterval {
+	if after == nil {
+		after = ql.floor
+	}
+	behind := after == nil || sent.Sub(ql.lookedBehind) >= w.cfg.PollInterval
+	if behind {
 		after = nil
 	}
 	rows, err := queue.Claim(ctx, w.pool, queue.ClaimParams{
-		Queue: ql.name, WorkerID: w.cfg.ID, Limit: limit, Lease: w.cfg.LeaseDuration, After: after})
+		Queue: ql.name, WorkerID: w.cfg.ID, Limit: limit, Lease: w.cfg.LeaseDuration, After: after, Kinds: w.kinds})
 	if err != nil {
 		if ctx.Err() == nil {
 			w.log.Warn("claim failed", "queue", ql.name, "err", err)
 		}
 		return false
 	}
-	if after == nil {
+	if behind {
 		ql.cursor, ql.lookedBehind = nil, sent
 	}
 	switch c := queue.CursorAfter(rows); {
@@ -375,14 +437,44 @@ func (w *Worker) claimOnce(ctx context.Context, ql *queueLoop) bool {
 	case ql.cursor == nil || ql.cursor.Less(*c):
 		ql.cursor = c
 	}
+	if behind && len(rows) < limit {
+		w.findFloor(ctx, ql, rows, sent)
+	}
 	for _, row := range rows {
 		w.startExecution(row, sent)
 	}
 	return len(rows) == limit
 }
 
-// queueNames returns the served queues, sorted.
-func (w *Worker) queueNames() []string {
+// findFloor looks, after a short claim from the start of the order, for jobs of kinds
+// this worker has no handler for ahead of the first job it claimed (or anywhere, when it
+// claimed none): the claim stepped over them one by one, and every claim from the start
+// would again. The last of them becomes the queue's floor. It looks at most once per
+// PollInterval, and a queue without such jobs keeps no floor, so the claims of a worker
+// that knows every kind in its queues are what they were without it.
+func (w *Worker) findFloor(ctx context.Context, ql *queueLoop, rows []*JobRow, sent time.Time) {
+	if sent.Sub(ql.checkedFloor) < w.cfg.PollInterval && ql.floor == nil {
+		return
+	}
+	ql.checkedFloor = sent
+	fctx, cancel := context.WithTimeout(ctx, w.cfg.WriteTimeout)
+	floor, err := queue.OtherKindAhead(fctx, w.pool, ql.name, w.kinds, queue.CursorBefore(rows))
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil {
+			w.log.Warn("look for jobs of other kinds failed", "queue", ql.name, "err", err)
+		}
+		return
+	}
+	if floor != nil && ql.floor == nil {
+		w.log.Info("jobs of kinds this worker has no handler for wait ahead in the queue; claiming after them",
+			"queue", ql.name, "last_id", floor.ID)
+	}
+	ql.floor = floor
+}
+
+// queueNamesLocked returns the served queues, sorted. w.mu must be held.
+func (w *Worker) queueNamesLocked() []string {
 	names := make([]string, 0, len(w.queues))
 	for n := range w.queues {
 		names = append(names, n)
@@ -391,8 +483,19 @@ func (w *Worker) queueNames() []string {
 	return names
 }
 
-// register records this process in fenceq_workers (again, if its row was removed).
+// register records this process in fenceq_workers (again, if its row was removed) with
+// the queues it serves now and the kinds it claims.
 func (w *Worker) register(ctx context.Context) error {
+	w.regMu.Lock()
+	defer w.regMu.Unlock()
+	w.mu.Lock()
+	names := w.queueNamesLocked()
+	w.mu.Unlock()
+	return w.registerQueues(ctx, names)
+}
+
+// registerQueues writes the worker's row with queues. w.regMu must be held.
+func (w *Worker) registerQueues(ctx context.Context, queues []string) error {
 	host, _ := os.Hostname()
-	return queue.RegisterWorker(ctx, w.pool, w.cfg.ID, host, os.Getpid(), w.queueNames())
+	return queue.RegisterWorker(ctx, w.pool, w.cfg.ID, host, os.Getpid(), queues, w.kinds)
 }

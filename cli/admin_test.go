@@ -43,7 +43,7 @@ func TestWorkersAndStats(t *testing.T) {
 	if out := b.ok(t, "workers"); !strings.Contains(out, "no live workers") {
 		t.Errorf("workers on empty schema: %q", out)
 	}
-	if err := queue.RegisterWorker(b.ctx, b.db.Pool, "w-1", "host-a", 4242, []string{"default", "mail"}); err != nil {
+	if err := queue.RegisterWorker(b.ctx, b.db.Pool, "w-1", "host-a", 4242, []string{"default", "mail"}, []string{"echo"}); err != nil {
 		t.Fatal(err)
 	}
 	j := b.enqueue(t, "noop")

@@ -28,6 +28,7 @@ func enqueueCommand() *ucli.Command {
 			&ucli.StringFlag{Name: "run-at", Usage: "run at this time (RFC 3339, e.g. 2026-01-31T09:00:00Z)"},
 			&ucli.DurationFlag{Name: "in", Usage: "run this long from now, by the database's clock (e.g. 30s, 5m)"},
 			&ucli.StringFlag{Name: "unique-key", Usage: "while a job with this key is unfinished, return it instead of a new one"},
+			&ucli.StringSliceFlag{Name: "tag", Usage: "label the job (repeat for several; find it with `fenceq jobs list --tag`)"},
 			&ucli.IntFlag{Name: "max-attempts", Value: queue.DefaultMaxAttempts, Usage: "attempts before the job is discarded"},
 			&ucli.BoolFlag{Name: "allow-unknown-kind", Usage: "accept a kind no built-in handler runs (for your own workers)"},
 		},
@@ -63,7 +64,7 @@ func enqueue(c *ucli.Context) error {
 	}
 	p := queue.InsertParams{Kind: kind, Args: raw, Queue: c.String("queue"), Priority: new(c.Int("priority")),
 		MaxAttempts: c.Int("max-attempts"),
-		UniqueKey:   c.String("unique-key"), RunIn: c.Duration("in")}
+		UniqueKey:   c.String("unique-key"), RunIn: c.Duration("in"), Tags: c.StringSlice("tag")}
 	if p.Queue == "" {
 		p.Queue = queue.DefaultQueue
 		if known {
@@ -86,7 +87,7 @@ func enqueue(c *ucli.Context) error {
 	if c.Int("max-attempts") < 1 {
 		return usageError{fmt.Errorf("invalid --max-attempts %d: must be at least 1", c.Int("max-attempts"))}
 	}
-	if err := queue.ValidateInsert(p); err != nil { // queue, priority, unique key
+	if err := queue.ValidateInsert(p); err != nil { // queue, priority, unique key, tags
 		return usageError{err}
 	}
 	pool, err := openSchema(c, 2)

@@ -26,6 +26,10 @@ func jobsCommand() *ucli.Command {
 					&ucli.StringFlag{Name: "state", Usage: "only this state: " + stateNames()},
 					&ucli.StringFlag{Name: "queue", Usage: "only this queue"},
 					&ucli.StringFlag{Name: "kind", Usage: "only this kind"},
+					&ucli.StringFlag{Name: "tag", Usage: "only jobs with this tag"},
+					&ucli.BoolFlag{Name: "unknown-kinds", Usage: "only waiting jobs that no live worker of their queue has a handler for"},
+					&ucli.DurationFlag{Name: "live-within", Value: queue.DefaultLiveWithin,
+						Usage: "with --unknown-kinds: a worker is live if it heartbeated within this"},
 					&ucli.IntFlag{Name: "limit", Value: 50, Usage: "at most this many jobs"},
 				},
 				Action: jobsList,
@@ -90,7 +94,15 @@ func jobError(op string, id int64, err error) error {
 }
 
 func jobsList(c *ucli.Context) error {
-	if err := needArgs(c, 0, 0, "[--state S] [--queue Q] [--kind K] [--limit N]"); err != nil {
+	if err := needArgs(c, 0, 0, "[--state S] [--queue Q] [--kind K] [--tag T] [--unknown-kinds] [--limit N]"); err != nil {
+		return err
+	}
+	if t := c.String("tag"); t != "" {
+		if err := queue.ValidateName("--tag", t, queue.MaxTagLen); err != nil {
+			return usageError{err}
+		}
+	}
+	if err := positiveDurations(c, "live-within"); err != nil {
 		return err
 	}
 	st := queue.State(c.String("state"))
@@ -107,7 +119,8 @@ func jobsList(c *ucli.Context) error {
 	}
 	defer pool.Close()
 	jobs, err := queue.ListJobs(c.Context, pool, queue.ListParams{State: st, Queue: c.String("queue"),
-		Kind: c.String("kind"), Limit: limit})
+		Kind: c.String("kind"), Tag: c.String("tag"), UnknownKinds: c.Bool("unknown-kinds"),
+		LiveWithin: c.Duration("live-within"), Limit: limit})
 	if err != nil {
 		return err
 	}
@@ -197,11 +210,21 @@ func printJob(w io.Writer, j *queue.JobRow) {
 		{"lease_expires_at", fmtTime(j.LeaseExpiresAt)},
 		{"run_at", fmtTime(&j.RunAt)},
 		{"unique_key", fmtStr(j.UniqueKey)},
+		{"unique_states", uniqueStates(j)},
+		{"tags", orDash(strings.Join(j.Tags, ", "))},
 		{"created_at", fmtTime(&j.CreatedAt)},
 		{"finished_at", fmtTime(j.FinishedAt)},
 		{"args", string(j.EncodedArgs)},
 		{"output", fmtOutput(j.Output)},
 	})
+}
+
+func uniqueStates(j *queue.JobRow) string {
+	s := make([]string, len(j.UniqueStates))
+	for i, st := range j.UniqueStates {
+		s[i] = string(st)
+	}
+	return orDash(strings.Join(s, ", "))
 }
 
 // fmtOutput shows a job's recorded output, "-" when it has none.

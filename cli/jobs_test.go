@@ -230,6 +230,44 @@ func TestUsageAndConnectionErrors(t *testing.T) {
 	}
 }
 
+// jobs list --tag keeps the tagged jobs; --unknown-kinds the waiting jobs no live worker
+// of their queue has a handler for; stats counts the latter.
+func TestJobsListTagAndUnknownKinds(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	red := b.enqueue(t, "noop", "--tag", "red", "--tag", "big")
+	b.enqueue(t, "noop", "--tag", "blue")
+	ghost := b.enqueue(t, "ghost", "--allow-unknown-kind")
+	var got []queue.JobRow
+	b.okJSON(t, &got, "jobs", "list", "--tag", "red")
+	if len(got) != 1 || got[0].ID != red.ID || strings.Join(got[0].Tags, ",") != "red,big" {
+		t.Fatalf("jobs list --tag red: %+v", got)
+	}
+	if out := b.ok(t, "jobs", "show", strconv.FormatInt(red.ID, 10)); !strings.Contains(out, "red, big") {
+		t.Errorf("show lists no tags:\n%s", out)
+	}
+	oneErrorLine(t, b.run(t, "jobs", "list", "--tag", "no spaces"), `invalid --tag: "no spaces"`)
+	oneErrorLine(t, b.run(t, "enqueue", "noop", "--tag", "-x"), "invalid tags")
+
+	if err := queue.RegisterWorker(b.ctx, b.db.Pool, "w", "h", 1, []string{"default"}, []string{"noop"}); err != nil {
+		t.Fatal(err)
+	}
+	b.okJSON(t, &got, "jobs", "list", "--unknown-kinds")
+	if len(got) != 1 || got[0].ID != ghost.ID {
+		t.Fatalf("jobs list --unknown-kinds: %+v, want the ghost job", got)
+	}
+	var st struct {
+		UnknownKinds int64 `json:"unknown_kind_jobs"`
+	}
+	b.okJSON(t, &st, "stats")
+	if st.UnknownKinds != 1 {
+		t.Fatalf("stats: %d jobs of unknown kinds, want 1", st.UnknownKinds)
+	}
+	if out := b.ok(t, "stats"); !strings.Contains(out, "jobs no live worker can run") {
+		t.Errorf("stats text:\n%s", out)
+	}
+}
+
 // jobs show displays the output a job's completion recorded, and "-" before it has any.
 func TestJobsShowOutput(t *testing.T) {
 	t.Parallel()

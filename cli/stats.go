@@ -30,9 +30,12 @@ type statsReport struct {
 	Window      string                         `json:"lease_event_window"`
 	LeaseEvents map[queue.LeaseEventKind]int64 `json:"lease_events"`
 	Workers     int                            `json:"workers"`
-	Outbox      *outbox.Backlog                `json:"outbox"`
-	Snapshot    *fenceqprom.Snapshot           `json:"database"`
-	Periodic    periodicSummary                `json:"periodic"`
+	// UnknownKinds counts the waiting jobs that no live worker of their queue has a
+	// handler for (`fenceq jobs list --unknown-kinds` lists them).
+	UnknownKinds int64                `json:"unknown_kind_jobs"`
+	Outbox       *outbox.Backlog      `json:"outbox"`
+	Snapshot     *fenceqprom.Snapshot `json:"database"`
+	Periodic     periodicSummary      `json:"periodic"`
 }
 
 func stats(c *ucli.Context) error {
@@ -63,6 +66,9 @@ func stats(c *ucli.Context) error {
 		return err
 	}
 	rep.Workers = len(ws)
+	if rep.UnknownKinds, err = queue.CountUnknownKinds(ctx, pool, 0); err != nil {
+		return err
+	}
 	if rep.Snapshot, err = fenceqprom.TakeSnapshot(ctx, pool); err != nil {
 		return err
 	}
@@ -109,7 +115,8 @@ func stats(c *ucli.Context) error {
 		}
 		fmt.Fprintln(w)
 		s := rep.Snapshot
-		kv := [][2]string{{"live workers", strconv.Itoa(rep.Workers)}}
+		kv := [][2]string{{"live workers", strconv.Itoa(rep.Workers)},
+			{"jobs no live worker can run", fmt.Sprintf("%d (fenceq jobs list --unknown-kinds)", rep.UnknownKinds)}}
 		kv = append(kv, [2]string{"outbox pending", fmt.Sprintf("%d (oldest pending for %s)", s.OutboxPending, fmtAge(s.OutboxOldestPendingAge))},
 			[2]string{"outbox failed", strconv.FormatInt(rep.Outbox.Failed, 10)},
 			[2]string{"outbox orphaned", strconv.FormatInt(rep.Outbox.Orphaned, 10)})

@@ -79,7 +79,7 @@ func (b *testBundle) populate(t *testing.T) {
 		id     string
 		queues []string
 	}{{"billing-7f9c", []string{"billing", "default"}}, {"mailer-1a2b", []string{"outbox", "email"}}} {
-		if err := queue.RegisterWorker(b.ctx, b.db.Pool, w.id, "app-"+w.id[:6], 4100, w.queues); err != nil {
+		if err := queue.RegisterWorker(b.ctx, b.db.Pool, w.id, "app-"+w.id[:6], 4100, w.queues, nil); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -174,7 +174,7 @@ func (b *testBundle) generations(t *testing.T, q string) *queue.JobRow {
 	t.Helper()
 	j := b.insert(t, queue.InsertParams{Queue: q, Kind: "invoice", Args: []byte(`{"customer_id": 42, "period": "2026-10"}`)})
 	for _, w := range []string{"worker-a", "worker-b"} {
-		if err := queue.RegisterWorker(b.ctx, b.db.Pool, w, "host-"+w, 4242, []string{q}); err != nil {
+		if err := queue.RegisterWorker(b.ctx, b.db.Pool, w, "host-"+w, 4242, []string{q}, nil); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -186,7 +186,7 @@ func TestQueuesWorkersOutboxAndIdempotencyPages(t *testing.T) {
 	b := setup(t)
 	b.insert(t, queue.InsertParams{Queue: "billing"})
 	running := b.claim(t, "billing", "worker-1", time.Minute)
-	if err := queue.RegisterWorker(b.ctx, b.db.Pool, "worker-1", "host-1", 101, []string{"billing", "default"}); err != nil {
+	if err := queue.RegisterWorker(b.ctx, b.db.Pool, "worker-1", "host-1", 101, []string{"billing", "default"}, nil); err != nil {
 		t.Fatal(err)
 	}
 	// A lease whose holder never registered.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -25,6 +26,15 @@ type ListParams struct {
 	State State
 	Queue string
 	Kind  string
+	// Tag keeps the jobs carrying this tag.
+	Tag string
+	// UnknownKinds keeps the jobs waiting to run (available, scheduled, retryable) that
+	// no live worker can run: none of the workers serving the job's queue that
+	// heartbeated within LiveWithin has a handler for its kind.
+	UnknownKinds bool
+	// LiveWithin is how recent a worker's heartbeat must be for UnknownKinds to count it.
+	// Defaults to DefaultLiveWithin.
+	LiveWithin time.Duration
 	// Args, when set, keeps jobs whose JSON args contain it as text, case-insensitively
 	// (at most MaxArgsSearchLen bytes).
 	Args string
@@ -39,6 +49,10 @@ type ListParams struct {
 	// as many as it takes. ListJobs ignores it.
 	ScanLimit int
 }
+
+// DefaultLiveWithin is the default of ListParams.LiveWithin: a few heartbeat intervals of
+// a worker with the default lease.
+const DefaultLiveWithin = 2 * time.Minute
 
 // MaxArgsSearchLen bounds ListParams.Args.
 const MaxArgsSearchLen = 200
@@ -70,6 +84,17 @@ func (p *ListParams) validate() error {
 	if p.Args != "" && p.Args != StorableText(p.Args, len(p.Args)) {
 		return invalid("args", "search text must be valid UTF-8 without NUL bytes")
 	}
+	if p.Tag != "" {
+		if err := ValidateName("tag", p.Tag, MaxTagLen); err != nil {
+			return err
+		}
+	}
+	if p.LiveWithin < 0 {
+		return invalid("live_within", "%s is negative", p.LiveWithin)
+	}
+	if p.LiveWithin == 0 {
+		p.LiveWithin = DefaultLiveWithin
+	}
 	if p.Limit <= 0 {
 		p.Limit = 100
 	}
@@ -78,7 +103,7 @@ func (p *ListParams) validate() error {
 
 // filtered reports whether a filter applies that no index serves in id order.
 func (p *ListParams) filtered() bool {
-	return p.Queue != "" || p.Kind != "" || p.Args != "" || (p.State != "" && p.State != StateRunning)
+	return p.Queue != "" || p.Kind != "" || p.Args != "" || p.UnknownKinds || (p.State != "" && p.State != StateRunning)
 }
 
 // ListJobs returns the newest jobs matching the filter (older than BeforeID, when set).
@@ -103,9 +128,14 @@ func ListJobsPage(ctx context.Context, db DBTX, p ListParams) (*JobPage, error) 
 		return nil, err
 	}
 	windowed := p.ScanLimit > 0 && p.filtered()
-	sql, args := sqlListJobs, []any{customPlan, string(p.State), p.Queue, p.Kind, p.Limit + 1, p.BeforeID, p.Args}
+	args := []any{customPlan, string(p.State), p.Queue, p.Kind, p.Limit + 1, p.BeforeID, p.Args}
 	if windowed {
-		sql, args = sqlListJobsWindow, append(args, p.ScanLimit)
+		args = append(args, p.ScanLimit)
+	}
+	extra, args := listExtra(&p, args)
+	sql := listJobsSQL(extra)
+	if windowed {
+		sql = listJobsWindowSQL(extra)
 	}
 	rows, err := db.Query(ctx, sql, args...)
 	if err != nil {
@@ -136,12 +166,36 @@ func ListJobsPage(ctx context.Context, db DBTX, p ListParams) (*JobPage, error) 
 	return page, nil
 }
 
+// CountUnknownKinds counts the jobs ListParams.UnknownKinds lists: waiting jobs that no
+// worker serving their queue and heartbeating within liveWithin (0: DefaultLiveWithin)
+// has a handler for.
+func CountUnknownKinds(ctx context.Context, db DBTX, liveWithin time.Duration) (int64, error) {
+	if liveWithin <= 0 {
+		liveWithin = DefaultLiveWithin
+	}
+	var n int64
+	if err := db.QueryRow(ctx, sqlCountUnknownKinds, micros(liveWithin)).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count jobs of unknown kinds: %w", err)
+	}
+	return n, nil
+}
+
 // adminWrite runs an operator statement on one job and explains a miss: ErrNotFound for an
 // unknown id, ErrWrongState when the job exists but the action does not apply.
 func adminWrite(ctx context.Context, db DBTX, op string, id int64, sql string, args ...any) (*JobRow, error) {
 	j, err := scanJob(db.QueryRow(ctx, sql, append([]any{id}, args...)...))
 	if err == nil {
 		return j, nil
+	}
+	if IsUniqueViolation(err, uniqueIndex) {
+		// Back in an unfinished state, the job would hold its unique key again, but
+		// another job holds it now.
+		cur, gerr := GetJob(ctx, db, id)
+		if gerr != nil {
+			return nil, fmt.Errorf("%s: %w", op, gerr)
+		}
+		return nil, fmt.Errorf("%s job %d: it is %s and another job now holds its unique key %q: %w",
+			op, id, cur.State, derefString(cur.UniqueKey), ErrWrongState)
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("%s job %d: %w", op, id, err)
@@ -217,4 +271,11 @@ func ListQueues(ctx context.Context, db DBTX) ([]QueueInfo, error) {
 		return nil, fmt.Errorf("list queues: %w", err)
 	}
 	return out, nil
+}
+
+func derefString(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }

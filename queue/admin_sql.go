@@ -2,7 +2,12 @@ package queue
 
 // SQL for operator actions on fenceq_jobs and fenceq_queues.
 
+import "fmt"
+
 const sqlGetJob = `SELECT ` + jobColumns + ` FROM fenceq_jobs WHERE id = $1`
+
+// uniqueIndex is the unique index on unique_key (migration 000012).
+const uniqueIndex = "fenceq_jobs_unique_key_idx"
 
 // listFilter is the WHERE clause of the job lists: $1 state, $2 queue, $3 kind (empty
 // for any), $5 before id (0 for the newest), $6 text in args (empty for any). The
@@ -13,17 +18,40 @@ WHERE ($1::text = '' OR state = $1) AND ($2::text = '' OR queue = $2) AND ($3::t
   AND ($5::bigint = 0 OR id < $5)
   AND ($6::text = '' OR strpos(lower(args::text), lower($6)) > 0)`
 
-// sqlListJobs: $4 limit.
-const sqlListJobs = `
-SELECT ` + jobColumns + ` FROM fenceq_jobs` + listFilter + `
-ORDER BY id DESC LIMIT $4`
+// listExtra returns the conditions of the tag and unknown-kind filters, when asked
+// for, with their arguments appended to args (whose first element is the query mode,
+// so the next parameter is $len(args)). They are added only then, so that a tag filter
+// can use fenceq_jobs_tags_idx (whose predicate, tags <> '{}', it repeats).
+func listExtra(p *ListParams, args []any) (string, []any) {
+	q := ""
+	if p.Tag != "" {
+		args = append(args, p.Tag)
+		q += fmt.Sprintf(`
+  AND tags @> ARRAY[$%d::text] AND tags <> '{}'`, len(args)-1)
+	}
+	if p.UnknownKinds {
+		args = append(args, micros(p.LiveWithin))
+		q += `
+  AND ` + unknownKind(fmt.Sprintf("$%d", len(args)-1))
+	}
+	return q, args
+}
 
-// sqlListJobsWindow applies the filter to at most $7 jobs, newest first from the
-// before id, walking the primary key: its cost does not depend on how rare matches are.
-const sqlListJobsWindow = `
-SELECT ` + jobColumns + ` FROM (
-    SELECT * FROM fenceq_jobs WHERE ($5::bigint = 0 OR id < $5) ORDER BY id DESC LIMIT $7) w` + listFilter + `
+// listJobsSQL: $4 limit.
+func listJobsSQL(extra string) string {
+	return `
+SELECT ` + jobColumns + ` FROM fenceq_jobs` + listFilter + extra + `
 ORDER BY id DESC LIMIT $4`
+}
+
+// listJobsWindowSQL applies the filter to at most $7 jobs, newest first from the
+// before id, walking the primary key: its cost does not depend on how rare matches are.
+func listJobsWindowSQL(extra string) string {
+	return `
+SELECT ` + jobColumns + ` FROM (
+    SELECT * FROM fenceq_jobs WHERE ($5::bigint = 0 OR id < $5) ORDER BY id DESC LIMIT $7) w` + listFilter + extra + `
+ORDER BY id DESC LIMIT $4`
+}
 
 // sqlJobsWindowEnd is the lowest id of the window sqlListJobsWindow examined and the
 // number of jobs in it: $1 before id, $2 window size.
@@ -74,6 +102,20 @@ ev AS (
     INSERT INTO fenceq_lease_events (job_id, lease_gen, worker_id, kind, detail)
     SELECT cid, cgen, cby, ` + sqlEventRevoked + `, ` + sqlLit(detailRequeuedByAdmin) + ` FROM cur WHERE cstate = ` + sqlRunning + `)
 SELECT ` + jobColumns + ` FROM upd`
+
+// unknownKind is the predicate of a job waiting to run that no worker serving its queue
+// and heartbeating within freshness (µs, an SQL expression) has a handler for. The job's
+// columns are named unqualified (fenceq_workers has none of those names), so the
+// predicate applies to fenceq_jobs under any alias.
+func unknownKind(freshness string) string {
+	return `state IN ` + sqlWaiting + `
+  AND NOT EXISTS (
+      SELECT 1 FROM fenceq_workers wk
+      WHERE wk.heartbeat_at > now() - ` + freshness + `::bigint * interval '1 microsecond'
+        AND queue = ANY(wk.queues) AND kind = ANY(wk.kinds))`
+}
+
+var sqlCountUnknownKinds = `SELECT count(*) FROM fenceq_jobs WHERE ` + unknownKind("$1")
 
 const sqlSetQueuePaused = `
 INSERT INTO fenceq_queues (name, paused, paused_at, updated_at)

@@ -103,7 +103,7 @@ func BenchmarkInsertManyCOPY(b *testing.B) {
 func BenchmarkHeartbeat100(b *testing.B) {
 	db, ctx := benchDB(b)
 	fill(b, db, ctx, 100)
-	if err := queue.RegisterWorker(ctx, db.Pool, "bench", "host", 1, []string{queue.DefaultQueue}); err != nil {
+	if err := queue.RegisterWorker(ctx, db.Pool, "bench", "host", 1, []string{queue.DefaultQueue}, nil); err != nil {
 		b.Fatal(err)
 	}
 	jobs, err := queue.Claim(ctx, db.Pool, queue.ClaimParams{Queue: queue.DefaultQueue, WorkerID: "bench", Limit: 100, Lease: time.Minute})

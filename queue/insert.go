@@ -31,18 +31,28 @@ type InsertParams struct {
 	MaxAttempts int
 	// UniqueKey, when set, makes a second insert with the same key return the existing
 	// job while the first is not finished (available, scheduled, running, retryable).
+	// With Unique set too, it is one part of the computed key.
 	UniqueKey string
+	// Unique makes the job unique by its args, period, queue and a chosen set of states
+	// (see UniqueOpts).
+	Unique UniqueOpts
+	// Tags label the job for operators (ListParams.Tag): at most MaxTags, each like a
+	// queue name of at most MaxTagLen characters. Duplicates are dropped.
+	Tags []string
 	// MaxArgsBytes bounds the size of Args; 0 means DefaultMaxArgsBytes.
 	MaxArgsBytes int
 	// Metadata is a JSON object stored with the job (nil for none), at most
 	// MaxMetadataBytes long.
 	Metadata []byte
+
+	unique uniqueness // derived by normalize
 }
 
 // InsertResult is the outcome of Insert.
 type InsertResult struct {
 	Job *JobRow
-	// Existing is true when UniqueKey matched an unfinished job and no row was inserted.
+	// Existing is true when the job's unique key is held by another job (then Job is
+	// that job) and no row was inserted.
 	Existing bool
 }
 
@@ -82,12 +92,12 @@ func (p *InsertParams) normalize() error {
 	if p.RunIn < 0 {
 		return invalid("run_in", "%s is negative", p.RunIn)
 	}
-	if p.UniqueKey != "" {
-		if err := ValidateUniqueKey("unique_key", p.UniqueKey); err != nil {
-			return err
-		}
+	tags, err := validateTags(p.Tags)
+	if err != nil {
+		return err
 	}
-	return nil
+	p.Tags = tags
+	return p.normalizeUnique()
 }
 
 // ValidateInsert checks p as Insert would, without touching the database, so that a
@@ -103,6 +113,14 @@ func (p *InsertParams) runAt() *time.Time {
 	return &p.RunAt
 }
 
+// tagsParam is the tags column's value: never NULL.
+func (p *InsertParams) tagsParam() []string {
+	if p.Tags == nil {
+		return []string{}
+	}
+	return p.Tags
+}
+
 func nullString(s string) *string {
 	if s == "" {
 		return nil
@@ -112,16 +130,19 @@ func nullString(s string) *string {
 
 // Insert enqueues one job. With db a pgx.Tx the job is part of that transaction: invisible
 // until it commits, gone if it rolls back. Validation errors are returned before the
-// database is touched.
+// database is touched. When the job's unique key is held by another job, nothing is
+// inserted and that job comes back with Existing set.
 func Insert(ctx context.Context, db DBTX, p InsertParams) (*InsertResult, error) {
 	if err := p.normalize(); err != nil {
 		return nil, err
 	}
-	// A unique job can finish between our conflicting insert and the read of it; then
-	// the insert is simply tried again.
+	u := p.unique
+	// The holder of the key can leave the states that hold it between our conflicting
+	// insert and the read of it (or, for a key per period, the period can end); then the
+	// insert is simply tried again.
 	for try := 0; try < 5; try++ {
 		row := db.QueryRow(ctx, sqlInsertJob, p.Queue, p.Kind, p.Args, *p.Priority, p.runAt(),
-			p.MaxAttempts, nullString(p.UniqueKey), micros(p.RunIn), p.Metadata)
+			p.MaxAttempts, u.keyParam(), micros(p.RunIn), p.Metadata, u.maskParam(), u.periodUS, p.tagsParam())
 		j, err := scanJob(row)
 		if err == nil {
 			return &InsertResult{Job: j}, nil
@@ -129,19 +150,19 @@ func Insert(ctx context.Context, db DBTX, p InsertParams) (*InsertResult, error)
 		if !errors.Is(err, pgx.ErrNoRows) {
 			return nil, fmt.Errorf("insert %s job into queue %q: %w", p.Kind, p.Queue, err)
 		}
-		j, err = scanJob(db.QueryRow(ctx, sqlGetUnfinishedByUniqueKey, p.UniqueKey))
+		j, err = scanJob(db.QueryRow(ctx, sqlGetUniqueHolder, u.key, u.periodUS, p.runAt(), micros(p.RunIn)))
 		if err == nil {
 			return &InsertResult{Job: j, Existing: true}, nil
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
-			return nil, fmt.Errorf("read job with unique key %q: %w", p.UniqueKey, err)
+			return nil, fmt.Errorf("read the job holding unique key %q: %w", u.key, err)
 		}
 	}
-	return nil, fmt.Errorf("insert %s job with unique key %q: kept racing with its completion", p.Kind, p.UniqueKey)
+	return nil, fmt.Errorf("insert %s job with unique key %q: kept racing with the job holding it", p.Kind, u.key)
 }
 
 // InsertMany enqueues many jobs with COPY and returns how many rows were inserted. Jobs
-// whose unique key matches an unfinished job (or an earlier job of the same batch) are
+// whose unique key is held by another job (or by an earlier job of the same batch) are
 // skipped. Every job is validated before anything is sent; one invalid job fails the
 // whole batch. With db a pgx.Tx the batch is part of that transaction.
 func InsertMany(ctx context.Context, db Beginner, ps []InsertParams) (int64, error) {
@@ -150,7 +171,7 @@ func InsertMany(ctx context.Context, db Beginner, ps []InsertParams) (int64, err
 		if err := ps[i].normalize(); err != nil {
 			return 0, fmt.Errorf("job %d of %d: %w", i+1, len(ps), err)
 		}
-		if ps[i].UniqueKey != "" || ps[i].runAt() != nil || ps[i].RunIn > 0 || len(ps[i].Metadata) > 2 {
+		if ps[i].unique.key != "" || ps[i].runAt() != nil || ps[i].RunIn > 0 || len(ps[i].Metadata) > 2 || len(ps[i].Tags) > 0 {
 			simple = false
 		}
 	}
@@ -158,9 +179,9 @@ func InsertMany(ctx context.Context, db Beginner, ps []InsertParams) (int64, err
 		return 0, nil
 	}
 	if simple {
-		// Every job runs now and has no unique key and no metadata: COPY straight into
-		// the table; the column defaults give run_at = now(), state = available and
-		// metadata = '{}'.
+		// Every job runs now and has no unique key, no metadata and no tags: COPY
+		// straight into the table; the column defaults give run_at = now(), state =
+		// available, metadata = '{}' and tags = '{}'.
 		n, err := db.CopyFrom(ctx, pgx.Identifier{"fenceq_jobs"},
 			[]string{"queue", "kind", "args", "priority", "max_attempts"},
 			pgx.CopyFromSlice(len(ps), func(i int) ([]any, error) {
@@ -172,8 +193,10 @@ func InsertMany(ctx context.Context, db Beginner, ps []InsertParams) (int64, err
 		}
 		return n, nil
 	}
-	// Otherwise COPY into a staging table and let one INSERT … SELECT decide run_at and
-	// state with the database's clock and skip unique-key duplicates.
+	// Otherwise COPY into a staging table and let one INSERT … SELECT decide run_at,
+	// state and the period part of unique keys with the database's clock, and skip the
+	// jobs whose key is held (ON CONFLICT DO NOTHING also skips a duplicate of an
+	// earlier row of the same statement).
 	tx, err := db.Begin(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("copy %d jobs: begin: %w", len(ps), err)
@@ -183,11 +206,13 @@ func InsertMany(ctx context.Context, db Beginner, ps []InsertParams) (int64, err
 		return 0, fmt.Errorf("copy %d jobs: create staging table: %w", len(ps), err)
 	}
 	_, err = tx.CopyFrom(ctx, pgx.Identifier{"fenceq_jobs_staging"},
-		[]string{"ord", "queue", "kind", "args", "priority", "run_at", "run_in_us", "max_attempts", "unique_key", "metadata"},
+		[]string{"ord", "queue", "kind", "args", "priority", "run_at", "run_in_us", "max_attempts", "unique_key",
+			"metadata", "unique_states", "unique_period_us", "tags"},
 		pgx.CopyFromSlice(len(ps), func(i int) ([]any, error) {
 			p := &ps[i]
 			return []any{int32(i), p.Queue, p.Kind, p.Args, int16(*p.Priority), p.runAt(), micros(p.RunIn),
-				int32(p.MaxAttempts), nullString(p.UniqueKey), p.Metadata}, nil
+				int32(p.MaxAttempts), p.unique.keyParam(), p.Metadata, p.unique.maskParam(), p.unique.periodUS,
+				p.tagsParam()}, nil
 		}))
 	if err != nil {
 		return 0, fmt.Errorf("copy %d jobs into staging: %w", len(ps), err)

@@ -88,6 +88,10 @@ type JobRow struct {
 	Output     json.RawMessage `json:"output"`
 	CreatedAt  time.Time       `json:"created_at"`
 	FinishedAt *time.Time      `json:"finished_at"`
+	// UniqueStates are the states in which the job holds UniqueKey; nil without a key.
+	UniqueStates []State `json:"unique_states,omitempty"`
+	// Tags label the job; nil when it has none.
+	Tags []string `json:"tags,omitempty"`
 }
 
 // LeaseOf returns the lease the row records: its id, its generation and its holder. It
@@ -102,17 +106,21 @@ func LeaseOf(j *JobRow) Lease {
 
 const jobColumns = `id, queue, kind, args, state, priority, run_at, attempt, max_attempts,
 	lease_gen, leased_by, heartbeat_at, lease_expires_at, attempted_at, unique_key, errors,
-	created_at, finished_at, metadata, output`
+	created_at, finished_at, metadata, output, unique_states, NULLIF(tags, '{}'::text[])`
 
 func scanJob(row pgx.Row) (*JobRow, error) {
 	var j JobRow
 	var state string
 	var args, errs, meta, output []byte
+	var mask *int16
 	err := row.Scan(&j.ID, &j.Queue, &j.Kind, &args, &state, &j.Priority, &j.RunAt, &j.Attempt,
 		&j.MaxAttempts, &j.LeaseGen, &j.LeasedBy, &j.HeartbeatAt, &j.LeaseExpiresAt, &j.AttemptedAt,
-		&j.UniqueKey, &errs, &j.CreatedAt, &j.FinishedAt, &meta, &output)
+		&j.UniqueKey, &errs, &j.CreatedAt, &j.FinishedAt, &meta, &output, &mask, &j.Tags)
 	if err != nil {
 		return nil, err
+	}
+	if mask != nil {
+		j.UniqueStates = StateMask(*mask).States()
 	}
 	j.State = State(state)
 	j.EncodedArgs = json.RawMessage(args)
@@ -134,7 +142,7 @@ func scanJob(row pgx.Row) (*JobRow, error) {
 // allocation besides its args.
 const claimedColumns = `id, kind, args, priority, run_at, attempt, max_attempts, lease_gen,
 	lease_expires_at, attempted_at, unique_key, NULLIF(errors, '[]'::jsonb), created_at,
-	NULLIF(metadata, '{}'::jsonb)`
+	NULLIF(metadata, '{}'::jsonb), unique_states, NULLIF(tags, '{}'::text[])`
 
 // emptyObject is the metadata of a claimed job that has none: the claim returns
 // metadata only when there is some, like errors.
@@ -163,14 +171,19 @@ func collectClaimed(rows pgx.Rows, queue, worker string, limit int) ([]*JobRow, 
 		expires   time.Time
 		attempted time.Time
 		errs      []byte
+		mask      *int16
 	)
 	dest := []any{&r.ID, &kind, (*[]byte)(&r.EncodedArgs), &r.Priority, &r.RunAt, &r.Attempt, &r.MaxAttempts,
-		&r.LeaseGen, &expires, &attempted, &r.UniqueKey, &errs, &r.CreatedAt, (*[]byte)(&r.Metadata)}
+		&r.LeaseGen, &expires, &attempted, &r.UniqueKey, &errs, &r.CreatedAt, (*[]byte)(&r.Metadata), &mask, &r.Tags}
 	for rows.Next() {
 		// Scanned as bytes: into a json.RawMessage, pgx would run json.Unmarshal on it.
-		r.EncodedArgs, r.UniqueKey, r.Metadata, errs = nil, nil, nil, nil
+		r.EncodedArgs, r.UniqueKey, r.Metadata, r.Tags, errs, mask = nil, nil, nil, nil, nil, nil
 		if err := rows.Scan(dest...); err != nil {
 			return nil, err
+		}
+		r.UniqueStates = nil
+		if mask != nil {
+			r.UniqueStates = StateMask(*mask).States()
 		}
 		c := &claimedRow{row: r, leasedBy: worker, heartbeat: attempted, expires: expires, attempted: attempted}
 		j := &c.row

@@ -9,49 +9,70 @@ package queue
 // Times are always the database's (now()); durations arrive as microseconds. States and
 // event kinds come from vocab.go.
 
+import "fmt"
+
+// sqlInsertJob: $7 the unique key's fixed part, $10 its state mask, $11 its period
+// (µs, 0 for none), $12 tags.
 var sqlInsertJob = `
 WITH t AS (SELECT COALESCE($5::timestamptz, now() + $8::bigint * interval '1 microsecond') AS at)
-INSERT INTO fenceq_jobs (queue, kind, args, priority, run_at, max_attempts, unique_key, state, metadata)
-SELECT $1, $2, $3, $4, t.at, $6, $7, CASE WHEN t.at > now() THEN ` + sqlScheduled + ` ELSE ` + sqlAvailable + ` END, $9
+INSERT INTO fenceq_jobs (queue, kind, args, priority, run_at, max_attempts, unique_key, state, metadata,
+    unique_states, tags)
+SELECT $1, $2, $3, $4, t.at, $6, ` + uniqueKeySQL("$7::text", "$11::bigint", "t.at") + `,
+    CASE WHEN t.at > now() THEN ` + sqlScheduled + ` ELSE ` + sqlAvailable + ` END, $9, $10, $12
 FROM t
-ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND state IN ` + sqlUnfinished + ` DO NOTHING
+ON CONFLICT (unique_key) WHERE ` + uniqueHeld + ` DO NOTHING
 RETURNING ` + jobColumns
 
-var sqlGetUnfinishedByUniqueKey = `
+// sqlGetUniqueHolder reads the job holding a unique key: $1 the key's fixed part, $2 its
+// period (µs), $3 run_at, $4 run_in (µs), as given to sqlInsertJob.
+var sqlGetUniqueHolder = `
 SELECT ` + jobColumns + ` FROM fenceq_jobs
-WHERE unique_key = $1 AND state IN ` + sqlUnfinished
+WHERE unique_key = ` + uniqueKeySQL("$1::text", "$2::bigint", "COALESCE($3::timestamptz, now() + $4::bigint * interval '1 microsecond')") + `
+  AND ` + uniqueHeld
 
 // The staging table lives until the end of the transaction; TRUNCATE makes a second
 // InsertMany in one transaction start empty.
 const sqlCreateStaging = `
 CREATE TEMP TABLE IF NOT EXISTS fenceq_jobs_staging (
     ord int, queue text, kind text, args jsonb, priority smallint, run_at timestamptz,
-    run_in_us bigint, max_attempts int, unique_key text, metadata jsonb) ON COMMIT DROP;
+    run_in_us bigint, max_attempts int, unique_key text, metadata jsonb,
+    unique_states smallint, unique_period_us bigint, tags text[]) ON COMMIT DROP;
 TRUNCATE fenceq_jobs_staging`
 
 var sqlInsertFromStaging = `
-INSERT INTO fenceq_jobs (queue, kind, args, priority, run_at, max_attempts, unique_key, state, metadata)
-SELECT queue, kind, args, priority, at, max_attempts, unique_key,
-       CASE WHEN at > now() THEN ` + sqlScheduled + ` ELSE ` + sqlAvailable + ` END, metadata
+INSERT INTO fenceq_jobs (queue, kind, args, priority, run_at, max_attempts, unique_key, state, metadata,
+    unique_states, tags)
+SELECT queue, kind, args, priority, at, max_attempts, ` + uniqueKeySQL("unique_key", "unique_period_us", "at") + `,
+       CASE WHEN at > now() THEN ` + sqlScheduled + ` ELSE ` + sqlAvailable + ` END, metadata, unique_states, tags
 FROM (SELECT s.*, COALESCE(s.run_at, now() + s.run_in_us * interval '1 microsecond') AS at
       FROM fenceq_jobs_staging s ORDER BY ord) x
-ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND state IN ` + sqlUnfinished + ` DO NOTHING`
+ON CONFLICT (unique_key) WHERE ` + uniqueHeld + ` DO NOTHING`
 
 // claimSQL is the claim: $1 queue, $2 limit, $3 worker id, $4 lease (µs). With after,
 // it claims only jobs after a position in claim order: $5 priority, $6 run_at, $7 id. The
 // row comparison is an index condition of fenceq_jobs_claim_idx, so that scan starts at
 // the position instead of walking, from the start of the available range, the index
-// entries of the jobs claimed since the last VACUUM.
-func claimSQL(after bool) string {
-	cursor := ""
+// entries of the jobs claimed since the last VACUUM. With kinds, it claims only jobs of
+// those kinds (the next parameter, a text array): a filter on the rows the same scan
+// visits, so jobs of other kinds are stepped over, never claimed (see ClaimParams.Kinds).
+func claimSQL(after, kinds bool) string {
+	cursor, kind := "", ""
 	if after {
 		cursor = `
       AND (priority, run_at, id) > ($5::smallint, $6::timestamptz, $7::bigint)`
 	}
+	if kinds {
+		n := 5
+		if after {
+			n = 8
+		}
+		kind = fmt.Sprintf(`
+      AND kind = ANY($%d::text[])`, n)
+	}
 	return `
 WITH next AS (
     SELECT id AS next_id FROM fenceq_jobs
-    WHERE state = ` + sqlAvailable + ` AND queue = $1 AND run_at <= now()` + cursor + `
+    WHERE state = ` + sqlAvailable + ` AND queue = $1 AND run_at <= now()` + cursor + kind + `
       AND NOT EXISTS (SELECT 1 FROM fenceq_queues q WHERE q.name = $1 AND q.paused)
     ORDER BY priority, run_at, id
     LIMIT $2
@@ -65,9 +86,23 @@ RETURNING ` + claimedColumns
 }
 
 var (
-	sqlClaim      = claimSQL(false)
-	sqlClaimAfter = claimSQL(true)
+	sqlClaim           = claimSQL(false, false)
+	sqlClaimAfter      = claimSQL(true, false)
+	sqlClaimKinds      = claimSQL(false, true)
+	sqlClaimKindsAfter = claimSQL(true, true)
 )
+
+// sqlOtherKindAhead finds the last available job of queue $1 whose kind is not among $2,
+// before the position ($3, $4, $5) in claim order, or anywhere when $3 is NULL. It walks
+// the claim index backwards from that position, over the jobs of the kinds in $2 (few:
+// a claim just took every one it could), to the first job of another kind.
+var sqlOtherKindAhead = `
+SELECT priority, run_at, id FROM fenceq_jobs
+WHERE state = ` + sqlAvailable + ` AND queue = $1 AND run_at <= now()
+  AND ($3::smallint IS NULL OR (priority, run_at, id) < ($3::smallint, $4::timestamptz, $5::bigint))
+  AND kind <> ALL($2::text[])
+ORDER BY priority DESC, run_at DESC, id DESC
+LIMIT 1`
 
 // sqlHeartbeat renews every lease a process holds in one statement and heartbeats the
 // worker row. $1 ids, $2 generations, $3 lease (µs), $4 worker id.
@@ -165,11 +200,13 @@ rej AS (
     RETURNING job_id, lease_gen)
 SELECT COALESCE(array_agg(job_id), '{}')::bigint[], COALESCE(array_agg(lease_gen), '{}')::bigint[] FROM rej`
 
-// sqlFail: $5 discard now, $6 backoff (µs), $7 error, $8 trace.
+// sqlFail: $5 discard now, $6 backoff (µs), $7 error, $8 trace, $9 whether the backoff
+// counts from the attempt's attempted_at (never earlier than now()) rather than now().
 var sqlFail = staleWrite(`
     UPDATE fenceq_jobs SET
         state = CASE WHEN $5::boolean OR attempt >= max_attempts THEN ` + sqlDiscarded + ` ELSE ` + sqlRetryable + ` END,
         run_at = CASE WHEN $5::boolean OR attempt >= max_attempts THEN run_at
+                      WHEN $9::boolean THEN GREATEST(attempted_at + $6::bigint * interval '1 microsecond', now())
                       ELSE now() + $6::bigint * interval '1 microsecond' END,
         finished_at = CASE WHEN $5::boolean OR attempt >= max_attempts THEN now() END,
         leased_by = CASE WHEN $5::boolean OR attempt >= max_attempts THEN leased_by END,

@@ -20,6 +20,15 @@ type ClaimParams struct {
 	// After, when set, claims only jobs after this position in claim order (priority,
 	// run_at, id). See ClaimCursor.
 	After *ClaimCursor
+	// Kinds, when set, claims only jobs of these kinds: the kinds the claimer has
+	// handlers for. Jobs of other kinds are stepped over and stay available, their
+	// attempts untouched, for a claimer that knows them. Nil claims every kind.
+	//
+	// A claim steps over such jobs one by one, so a queue whose head holds many of them
+	// makes every claim from the start of the order walk them: a claimer that finds its
+	// claims short should look for them with OtherKindAhead and claim after the last one
+	// (a floor), from the start only now and then, as with ClaimCursor.
+	Kinds []string
 }
 
 // ClaimCursor is a position in claim order: priority, then run_at, then id.
@@ -74,13 +83,22 @@ func Claim(ctx context.Context, db DBTX, p ClaimParams) ([]*JobRow, error) {
 	if p.Lease <= 0 {
 		return nil, invalid("lease", "%s must be positive", p.Lease)
 	}
-	var rows pgx.Rows
-	var err error
+	args := []any{customPlan, p.Queue, p.Limit, p.WorkerID, micros(p.Lease)}
 	if a := p.After; a != nil {
-		rows, err = db.Query(ctx, sqlClaimAfter, customPlan, p.Queue, p.Limit, p.WorkerID, micros(p.Lease), a.Priority, a.RunAt, a.ID)
-	} else {
-		rows, err = db.Query(ctx, sqlClaim, customPlan, p.Queue, p.Limit, p.WorkerID, micros(p.Lease))
+		args = append(args, a.Priority, a.RunAt, a.ID)
 	}
+	var sql string
+	switch {
+	case p.Kinds == nil && p.After == nil:
+		sql = sqlClaim
+	case p.Kinds == nil:
+		sql = sqlClaimAfter
+	case p.After == nil:
+		sql, args = sqlClaimKinds, append(args, p.Kinds)
+	default:
+		sql, args = sqlClaimKindsAfter, append(args, p.Kinds)
+	}
+	rows, err := db.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("claim jobs in queue %q: %w", p.Queue, err)
 	}
@@ -89,6 +107,45 @@ func Claim(ctx context.Context, db DBTX, p ClaimParams) ([]*JobRow, error) {
 		return nil, fmt.Errorf("claim jobs in queue %q: %w", p.Queue, err)
 	}
 	return jobs, nil
+}
+
+// OtherKindAhead returns the position of the last available job of queue whose kind is
+// not among kinds, before the position before in claim order (anywhere when before is
+// nil), or nil when there is none. A claimer with ClaimParams.Kinds whose claim from the
+// start came back short calls it with the first job it claimed: a position it returns is
+// a floor, after which the claimer's next claims can start without walking the jobs of
+// other kinds at the head of the queue again.
+func OtherKindAhead(ctx context.Context, db DBTX, queue string, kinds []string, before *ClaimCursor) (*ClaimCursor, error) {
+	var p *int16
+	var at *time.Time
+	var id *int64
+	if before != nil {
+		p, at, id = &before.Priority, &before.RunAt, &before.ID
+	}
+	var c ClaimCursor
+	err := db.QueryRow(ctx, sqlOtherKindAhead, customPlan, queue, kinds, p, at, id).Scan(&c.Priority, &c.RunAt, &c.ID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("look for other kinds ahead in queue %q: %w", queue, err)
+	}
+	return &c, nil
+}
+
+// CursorBefore returns the position of the first of jobs in claim order, or nil for
+// none.
+func CursorBefore(jobs []*JobRow) *ClaimCursor {
+	if len(jobs) == 0 {
+		return nil
+	}
+	first := ClaimCursor{Priority: jobs[0].Priority, RunAt: jobs[0].RunAt, ID: jobs[0].ID}
+	for _, j := range jobs[1:] {
+		if c := (ClaimCursor{Priority: j.Priority, RunAt: j.RunAt, ID: j.ID}); c.Less(first) {
+			first = c
+		}
+	}
+	return &first
 }
 
 // leaseArrays splits leases into the id and generation arrays the batched statements
@@ -244,6 +301,10 @@ type FailParams struct {
 	Trace string
 	// Backoff is the delay before the retry, measured from the database's now().
 	Backoff time.Duration
+	// SinceAttempted measures Backoff from the attempt's attempted_at (the database's
+	// time of the claim) instead, and never earlier than now(): a retry planned for an
+	// instant derived from the row's times (see the root package's NextRetry).
+	SinceAttempted bool
 	// Discard finishes the job as discarded whatever attempts remain.
 	Discard bool
 }
@@ -259,7 +320,7 @@ const (
 // ErrLeaseLost.
 func Fail(ctx context.Context, db DBTX, l Lease, p FailParams) (State, error) {
 	return fencedWrite(ctx, db, "fail", l, sqlFail, p.Discard, micros(p.Backoff),
-		StorableText(p.Err, maxErrorLen), StorableText(p.Trace, maxTraceLen))
+		StorableText(p.Err, maxErrorLen), StorableText(p.Trace, maxTraceLen), p.SinceAttempted)
 }
 
 // Snooze puts the job back to run after d without using up an attempt.

@@ -3,6 +3,7 @@ package queue
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -23,6 +24,9 @@ const (
 	MinPriority    = 0
 	MaxPriority    = 100
 	MaxMaxAttempts = 1000
+	// MaxTags bounds the tags of one job, MaxTagLen the length of each.
+	MaxTags   = 20
+	MaxTagLen = 64
 )
 
 // ValidateQueue checks a queue name: 1–64 characters of ASCII letters, digits and
@@ -51,6 +55,30 @@ func ValidateName(field, s string, max int) error {
 		}
 	}
 	return nil
+}
+
+// ValidateTag checks a tag: 1–64 characters of ASCII letters, digits and "_ . : -",
+// starting with a letter or digit, like a queue name.
+func ValidateTag(tag string) error { return ValidateName("tags", tag, MaxTagLen) }
+
+// validateTags checks tags and returns them without duplicates, in their first order.
+func validateTags(tags []string) ([]string, error) {
+	if len(tags) == 0 {
+		return nil, nil
+	}
+	out := make([]string, 0, len(tags))
+	for _, t := range tags {
+		if err := ValidateTag(t); err != nil {
+			return nil, err
+		}
+		if !slices.Contains(out, t) {
+			out = append(out, t)
+		}
+	}
+	if len(out) > MaxTags {
+		return nil, invalid("tags", "%d tags, more than %d", len(out), MaxTags)
+	}
+	return out, nil
 }
 
 // ValidateUniqueKey checks a unique or idempotency key: 1–255 printable characters.

@@ -21,6 +21,10 @@ const (
 
 // The state lists, defined once. Statements get them from the SQL spellings below, and
 // code outside this package from the functions that return copies.
+//
+// A state's position in jobStates is also its bit in a unique_states mask (see
+// StateMask), stored in job rows and read by the SQL function fenceq_state_in_mask of
+// migration 000012: new states are appended, never inserted or reordered.
 var (
 	jobStates = [...]State{StateAvailable, StateScheduled, StateRunning, StateRetryable,
 		StateCompleted, StateDiscarded, StateCancelled}
@@ -28,6 +32,9 @@ var (
 	finalStates      = [...]State{StateCompleted, StateDiscarded, StateCancelled}
 	// dueStates wait for run_at and are promoted to available when it passes.
 	dueStates = [...]State{StateScheduled, StateRetryable}
+	// waitingStates are the unfinished states of a job nobody holds: those of a job that
+	// waits for a worker that can run it.
+	waitingStates = [...]State{StateAvailable, StateScheduled, StateRetryable}
 )
 
 // JobStates returns every job state, in the order operators read them.
@@ -45,6 +52,42 @@ func (s State) Final() bool { return slices.Contains(finalStates[:], s) }
 
 // Valid reports whether s names a job state.
 func (s State) Valid() bool { return slices.Contains(jobStates[:], s) }
+
+// StateMask is a set of job states as stored in fenceq_jobs.unique_states: bit i stands
+// for the i-th state of JobStates.
+type StateMask int16
+
+// MaskOf returns the mask of the given states; invalid states are ignored.
+func MaskOf(states ...State) StateMask {
+	var m StateMask
+	for _, s := range states {
+		if i := slices.Index(jobStates[:], s); i >= 0 {
+			m |= 1 << i
+		}
+	}
+	return m
+}
+
+// Has reports whether the mask holds s.
+func (m StateMask) Has(s State) bool {
+	i := slices.Index(jobStates[:], s)
+	return i >= 0 && m&(1<<i) != 0
+}
+
+// States returns the states of the mask, in the order of JobStates.
+func (m StateMask) States() []State {
+	var out []State
+	for i, s := range jobStates {
+		if m&(1<<i) != 0 {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// unfinishedMask is the unique_states of a job whose uniqueness lasts while it is
+// unfinished: what a plain unique key means.
+var unfinishedMask = MaskOf(unfinishedStates[:]...)
 
 // LeaseEventKind names what happened to a lease. The kinds are the contract of
 // fenceq_lease_events.kind.
@@ -83,6 +126,7 @@ var (
 	sqlUnfinished = sqlList(unfinishedStates[:])
 	sqlFinal      = sqlList(finalStates[:])
 	sqlDue        = sqlList(dueStates[:])
+	sqlWaiting    = sqlList(waitingStates[:])
 
 	sqlAvailable = sqlLit(StateAvailable)
 	sqlScheduled = sqlLit(StateScheduled)

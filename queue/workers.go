@@ -8,10 +8,12 @@ import (
 
 // WorkerInfo is one row of fenceq_workers plus what the database derives from it.
 type WorkerInfo struct {
-	ID          string    `json:"id"`
-	Host        string    `json:"host"`
-	PID         int       `json:"pid"`
-	Queues      []string  `json:"queues"`
+	ID     string   `json:"id"`
+	Host   string   `json:"host"`
+	PID    int      `json:"pid"`
+	Queues []string `json:"queues"`
+	// Kinds are the job kinds the worker has handlers for: the only ones it claims.
+	Kinds       []string  `json:"kinds"`
 	StartedAt   time.Time `json:"started_at"`
 	HeartbeatAt time.Time `json:"heartbeat_at"`
 	// HeartbeatAge is now() - heartbeat_at by the database's clock.
@@ -19,9 +21,16 @@ type WorkerInfo struct {
 	RunningJobs  int64         `json:"running_jobs"`
 }
 
-// RegisterWorker records a live worker process in fenceq_workers.
-func RegisterWorker(ctx context.Context, db DBTX, id, host string, pid int, queues []string) error {
-	if _, err := db.Exec(ctx, sqlRegisterWorker, id, host, pid, queues); err != nil {
+// RegisterWorker records a live worker process in fenceq_workers, with the queues it
+// serves and the kinds it has handlers for, or updates its row.
+func RegisterWorker(ctx context.Context, db DBTX, id, host string, pid int, queues, kinds []string) error {
+	if queues == nil {
+		queues = []string{}
+	}
+	if kinds == nil {
+		kinds = []string{}
+	}
+	if _, err := db.Exec(ctx, sqlRegisterWorker, id, host, pid, queues, kinds); err != nil {
 		return fmt.Errorf("register worker %s: %w", id, err)
 	}
 	return nil
@@ -56,7 +65,7 @@ func ListWorkers(ctx context.Context, db DBTX) ([]WorkerInfo, error) {
 	for rows.Next() {
 		var w WorkerInfo
 		var age float64
-		if err := rows.Scan(&w.ID, &w.Host, &w.PID, &w.Queues, &w.StartedAt, &w.HeartbeatAt, &age, &w.RunningJobs); err != nil {
+		if err := rows.Scan(&w.ID, &w.Host, &w.PID, &w.Queues, &w.Kinds, &w.StartedAt, &w.HeartbeatAt, &age, &w.RunningJobs); err != nil {
 			return nil, fmt.Errorf("list workers: %w", err)
 		}
 		w.HeartbeatAge = time.Duration(age * float64(time.Second))

@@ -3,10 +3,10 @@ package queue
 // SQL for fenceq_workers.
 
 const sqlRegisterWorker = `
-INSERT INTO fenceq_workers (id, host, pid, queues)
-VALUES ($1, $2, $3, $4)
+INSERT INTO fenceq_workers (id, host, pid, queues, kinds)
+VALUES ($1, $2, $3, $4, $5)
 ON CONFLICT (id) DO UPDATE SET host = EXCLUDED.host, pid = EXCLUDED.pid,
-    queues = EXCLUDED.queues, heartbeat_at = now()`
+    queues = EXCLUDED.queues, kinds = EXCLUDED.kinds, heartbeat_at = now()`
 
 const sqlDeregisterWorker = `DELETE FROM fenceq_workers WHERE id = $1`
 
@@ -17,7 +17,7 @@ WHERE w.heartbeat_at < now() - $1::bigint * interval '1 microsecond'
   AND NOT EXISTS (SELECT 1 FROM fenceq_jobs j WHERE j.state = ` + sqlRunning + ` AND j.leased_by = w.id)`
 
 var sqlListWorkers = `
-SELECT w.id, w.host, w.pid, w.queues, w.started_at, w.heartbeat_at,
+SELECT w.id, w.host, w.pid, w.queues, w.kinds, w.started_at, w.heartbeat_at,
        extract(epoch FROM now() - w.heartbeat_at)::float8,
        (SELECT count(*) FROM fenceq_jobs j WHERE j.state = ` + sqlRunning + ` AND j.leased_by = w.id)
 FROM fenceq_workers w ORDER BY w.started_at, w.id`

@@ -1,0 +1,201 @@
+package queue
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// UniqueOpts makes a job unique by more than one explicit key: by its args, by period,
+// by queue, and in a chosen set of states. The zero value adds nothing.
+//
+// The key a job holds is computed from its kind and the chosen parts (a SHA-256 of
+// their canonical JSON, and the start of the period) and stored in unique_key; the
+// states are stored beside it as a mask. A unique index admits one job per key among
+// the jobs whose state is in their own mask, and every insert targets it with ON
+// CONFLICT DO NOTHING: the database decides, race-free, for single inserts and for
+// COPY batches alike (duplicates inside one batch included).
+type UniqueOpts struct {
+	// ByArgs makes the job's args part of its key: all of them, or, when ArgsFields is
+	// set, only those top-level fields. Args are compared as canonical JSON (object keys
+	// sorted), so field order and spacing do not matter.
+	ByArgs bool
+	// ArgsFields, with ByArgs, names the top-level JSON fields of the args that make the
+	// key; a field absent from the args counts as absent. The root package fills it
+	// from the fields of the args struct tagged `unique:"true"`.
+	ArgsFields []string
+	// ByPeriod, when set, allows one job per period: the job's run_at (RunAt, or the
+	// database's now() plus RunIn) truncated to a multiple of the period since the Unix
+	// epoch, by the database's clock. At least one second.
+	ByPeriod time.Duration
+	// ByQueue makes the queue part of the key: the same job may wait once per queue.
+	ByQueue bool
+	// ByState lists the states in which a job holds its key. It must include every
+	// unfinished state (UnfinishedStates) and may add final ones: with StateCompleted,
+	// a completed job keeps holding its key (until retention deletes it). Nil means the
+	// unfinished states.
+	ByState []State
+}
+
+// IsZero reports whether u adds nothing.
+func (u UniqueOpts) IsZero() bool {
+	return !u.ByArgs && len(u.ArgsFields) == 0 && u.ByPeriod == 0 && !u.ByQueue && u.ByState == nil
+}
+
+// dims reports whether the key is computed from parts (rather than being UniqueKey as
+// given).
+func (u UniqueOpts) dims() bool { return u.ByArgs || u.ByPeriod > 0 || u.ByQueue }
+
+// uniqueness is what normalize derives from UniqueKey and Unique: the key's fixed part
+// (the period's start is added by the database), the state mask, and the period.
+type uniqueness struct {
+	key      string
+	mask     StateMask
+	periodUS int64
+}
+
+func (u uniqueness) keyParam() *string { return nullString(u.key) }
+
+func (u uniqueness) maskParam() *int16 {
+	if u.key == "" {
+		return nil
+	}
+	m := int16(u.mask)
+	return &m
+}
+
+// normalizeUnique validates the uniqueness of p (normalized otherwise) and derives it.
+func (p *InsertParams) normalizeUnique() error {
+	u := p.Unique
+	p.unique = uniqueness{}
+	if p.UniqueKey != "" {
+		if err := ValidateUniqueKey("unique_key", p.UniqueKey); err != nil {
+			return err
+		}
+	}
+	if u.ByPeriod < 0 || (u.ByPeriod > 0 && u.ByPeriod < time.Second) {
+		return invalid("unique.by_period", "%s: want at least 1s (or 0 for none)", u.ByPeriod)
+	}
+	if len(u.ArgsFields) > 0 && !u.ByArgs {
+		return invalid("unique.args_fields", "set without unique.by_args")
+	}
+	for _, f := range u.ArgsFields {
+		if f == "" {
+			return invalid("unique.args_fields", "contains an empty field name")
+		}
+	}
+	mask := unfinishedMask
+	if u.ByState != nil {
+		for _, s := range u.ByState {
+			if !s.Valid() {
+				return invalid("unique.by_state", "%q is not a job state (want some of %v)", s, jobStates)
+			}
+		}
+		mask = MaskOf(u.ByState...)
+		var missing []State
+		for _, s := range unfinishedStates {
+			if !mask.Has(s) {
+				missing = append(missing, s)
+			}
+		}
+		if len(missing) > 0 {
+			// A job moves among the unfinished states without its own say (the scheduler,
+			// the reaper): leaving one out would let such a move collide with another job.
+			return invalid("unique.by_state", "must include every unfinished state %v; missing %v",
+				unfinishedStates, missing)
+		}
+	}
+	if p.UniqueKey == "" && !u.dims() && u.ByState == nil {
+		return nil
+	}
+	p.unique.mask = mask
+	p.unique.periodUS = micros(u.ByPeriod)
+	if !u.dims() && p.UniqueKey != "" {
+		p.unique.key = p.UniqueKey // as given, so that applications can look it up
+		return nil
+	}
+	key, err := computeUniqueKey(p)
+	if err != nil {
+		return err
+	}
+	p.unique.key = key
+	return nil
+}
+
+// uniqueParts are what a computed key is the hash of; json.Marshal writes the fields in
+// this order and leaves out the unset ones.
+type uniqueParts struct {
+	Kind     string          `json:"kind"`
+	Key      string          `json:"key,omitempty"`
+	Queue    string          `json:"queue,omitempty"`
+	Args     json.RawMessage `json:"args,omitempty"`
+	PeriodUS int64           `json:"period_us,omitempty"`
+}
+
+// computeUniqueKey returns "KIND:" and the hex SHA-256 of the canonical JSON of the
+// chosen parts. The kind stays readable so operators can tell whose key it is.
+func computeUniqueKey(p *InsertParams) (string, error) {
+	u := p.Unique
+	parts := uniqueParts{Kind: p.Kind, Key: p.UniqueKey, PeriodUS: micros(u.ByPeriod)}
+	if u.ByQueue {
+		parts.Queue = p.Queue
+	}
+	if u.ByArgs {
+		args, err := canonicalArgs(p.Args, u.ArgsFields)
+		if err != nil {
+			return "", err
+		}
+		parts.Args = args
+	}
+	b, err := json.Marshal(parts)
+	if err != nil {
+		return "", fmt.Errorf("unique key of %s job: %w", p.Kind, err)
+	}
+	sum := sha256.Sum256(b)
+	return p.Kind + ":" + hex.EncodeToString(sum[:]), nil
+}
+
+// canonicalArgs returns the args (all, or the named top-level fields) as canonical JSON:
+// object keys sorted at every level, numbers as written.
+func canonicalArgs(args []byte, fields []string) (json.RawMessage, error) {
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(args, &top); err != nil {
+		return nil, invalid("args", "malformed JSON: %v", err)
+	}
+	if len(fields) > 0 {
+		picked := make(map[string]json.RawMessage, len(fields))
+		for _, f := range slices.Compact(slices.Sorted(slices.Values(fields))) {
+			if v, ok := top[f]; ok {
+				picked[f] = v
+			}
+		}
+		top = picked
+	}
+	canon := make(map[string]any, len(top))
+	for k, raw := range top {
+		d := json.NewDecoder(bytes.NewReader(raw))
+		d.UseNumber()
+		var v any
+		if err := d.Decode(&v); err != nil {
+			return nil, invalid("args", "field %q: %v", k, err)
+		}
+		canon[k] = v
+	}
+	return json.Marshal(canon) // map keys come out sorted
+}
+
+// uniqueKeySQL is the unique key a job stores: key, followed, for keys unique per
+// period, by ":" and the UTC start of the period holding at, truncated by the database.
+// key, period (µs) and at are SQL expressions.
+func uniqueKeySQL(key, period, at string) string {
+	return `CASE WHEN ` + period + ` > 0 THEN ` + key + ` || ':' || to_char(date_bin(` + period +
+		` * interval '1 microsecond', ` + at + `, timestamptz '1970-01-01 00:00:00+00') AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') ELSE ` + key + ` END`
+}
+
+// uniqueHeld is the predicate of the unique index: the row holds its key in its state.
+// Every ON CONFLICT and every read of the holder names it exactly so.
+const uniqueHeld = `unique_key IS NOT NULL AND fenceq_state_in_mask(state, unique_states)`
