@@ -25,6 +25,7 @@ type jobFilter struct {
 	Queue  string
 	Kind   string
 	Args   string
+	Tag    string
 	Before int64
 }
 
@@ -32,7 +33,7 @@ type jobFilter struct {
 func parseJobFilter(r *http.Request) (jobFilter, error) {
 	q := r.URL.Query()
 	f := jobFilter{State: q.Get("state"), Queue: strings.TrimSpace(q.Get("queue")),
-		Kind: strings.TrimSpace(q.Get("kind")), Args: q.Get("q")}
+		Kind: strings.TrimSpace(q.Get("kind")), Args: q.Get("q"), Tag: strings.TrimSpace(q.Get("tag"))}
 	if f.State != "" && !queue.State(f.State).Valid() {
 		return f, invalid("state", "%q is not a job state", f.State)
 	}
@@ -43,6 +44,11 @@ func parseJobFilter(r *http.Request) (jobFilter, error) {
 	}
 	if f.Kind != "" {
 		if err := queue.ValidateKind(f.Kind); err != nil {
+			return f, err
+		}
+	}
+	if f.Tag != "" {
+		if err := queue.ValidateName("tag", f.Tag, queue.MaxTagLen); err != nil {
 			return f, err
 		}
 	}
@@ -58,7 +64,7 @@ func parseJobFilter(r *http.Request) (jobFilter, error) {
 
 // params are the engine's list parameters for the filter.
 func (h *Handler) listParams(f jobFilter) queue.ListParams {
-	p := queue.ListParams{State: queue.State(f.State), Queue: f.Queue, Kind: f.Kind, Args: f.Args,
+	p := queue.ListParams{State: queue.State(f.State), Queue: f.Queue, Kind: f.Kind, Args: f.Args, Tag: f.Tag,
 		BeforeID: f.Before, Limit: h.cfg.PageSize, ScanLimit: h.cfg.ScanLimit}
 	if f.Args != "" {
 		p.ScanLimit = h.cfg.ArgsScanLimit
@@ -78,7 +84,7 @@ type jobsData struct {
 // Filtered reports whether any filter is set.
 func (d *jobsData) Filtered() bool {
 	f := d.Filter
-	return f.State != "" || f.Queue != "" || f.Kind != "" || f.Args != ""
+	return f.State != "" || f.Queue != "" || f.Kind != "" || f.Args != "" || f.Tag != ""
 }
 
 func (h *Handler) jobs(ctx context.Context, r *http.Request) (*page, error) {

@@ -63,8 +63,12 @@ func TestJobsListFiltersAndKeysetPages(t *testing.T) {
 		if i%2 == 1 {
 			q = "beta"
 		}
+		var tags []string
+		if i%3 == 0 {
+			tags = []string{"vip"}
+		}
 		j := b.insert(t, queue.InsertParams{Queue: q, Kind: fmt.Sprintf("kind%d", i%3),
-			Args: []byte(fmt.Sprintf(`{"customer": "Customer-%d"}`, i))})
+			Args: []byte(fmt.Sprintf(`{"customer": "Customer-%d"}`, i)), Tags: tags})
 		ids = append(ids, j.ID)
 	}
 	// Newest first, three per page, "older" continues below the last id shown.
@@ -93,6 +97,13 @@ func TestJobsListFiltersAndKeysetPages(t *testing.T) {
 	}
 	if got := idsOnPage(b.page(t, "/jobs?kind=kind2")); len(got) != 2 || got[0] != ids[5] || got[1] != ids[2] {
 		t.Errorf("kind=kind2 shows %v; want %d %d", got, ids[5], ids[2])
+	}
+	if got := idsOnPage(b.page(t, "/jobs?tag=vip")); len(got) != 3 || got[0] != ids[6] || got[1] != ids[3] || got[2] != ids[0] {
+		t.Errorf("tag=vip shows %v; want %d %d %d", got, ids[6], ids[3], ids[0])
+	}
+	mustContain(t, "tagged job", b.page(t, fmt.Sprintf("/jobs/%d", ids[0])), `href="../jobs?tag=vip"`)
+	if r := b.get(t, "/jobs?tag=bad%20tag"); r.status != http.StatusBadRequest {
+		t.Errorf("a bad tag: %d, want 400", r.status)
 	}
 	if got := idsOnPage(b.page(t, "/jobs?q=customer-4")); len(got) != 1 || got[0] != ids[4] {
 		t.Errorf("text customer-4 (case-insensitive) shows %v; want %d", got, ids[4])

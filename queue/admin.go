@@ -103,7 +103,8 @@ func (p *ListParams) validate() error {
 
 // filtered reports whether a filter applies that no index serves in id order.
 func (p *ListParams) filtered() bool {
-	return p.Queue != "" || p.Kind != "" || p.Args != "" || p.UnknownKinds || (p.State != "" && p.State != StateRunning)
+	return p.Queue != "" || p.Kind != "" || p.Args != "" || p.Tag != "" || p.UnknownKinds ||
+		(p.State != "" && p.State != StateRunning)
 }
 
 // ListJobs returns the newest jobs matching the filter (older than BeforeID, when set).
