@@ -15,7 +15,8 @@ func healthCommand() *ucli.Command {
 		Usage: "check the alert conditions; exit 1 when any holds",
 		Description: "Alerts: a lease expired while its holder lived, or a stale write was rejected, in\n" +
 			"the last --window; the oldest pending outbox row is older than --max-outbox-age; the\n" +
-			"oldest open transaction is older than --max-xact-age.",
+			"oldest open transaction is older than --max-xact-age; a periodic schedule's next slot has\n" +
+			"been due longer than --max-periodic-lag.",
 		Flags:  healthFlags(),
 		Action: healthAction,
 	}
@@ -27,6 +28,7 @@ func healthFlags() []ucli.Flag {
 		&ucli.DurationFlag{Name: "window", Value: health.DefaultWindow, Usage: "look back this far for lease events"},
 		&ucli.DurationFlag{Name: "max-outbox-age", Value: health.DefaultMaxOutboxAge, Usage: "alert when the oldest pending outbox row is older"},
 		&ucli.DurationFlag{Name: "max-xact-age", Value: health.DefaultMaxTransactionAge, Usage: "alert when a transaction has been open longer"},
+		&ucli.DurationFlag{Name: "max-periodic-lag", Value: health.DefaultMaxPeriodicLag, Usage: "alert when a periodic schedule's next slot has been due longer"},
 	}
 }
 
@@ -46,11 +48,11 @@ func positiveDurations(c *ucli.Context, flags ...string) error {
 
 // healthThresholds reads the health command's bounds, which `fenceq ui` shares.
 func healthThresholds(c *ucli.Context) (health.Thresholds, error) {
-	if err := positiveDurations(c, "window", "max-outbox-age", "max-xact-age"); err != nil {
+	if err := positiveDurations(c, "window", "max-outbox-age", "max-xact-age", "max-periodic-lag"); err != nil {
 		return health.Thresholds{}, err
 	}
 	return health.Thresholds{Window: c.Duration("window"), MaxOutboxAge: c.Duration("max-outbox-age"),
-		MaxTransactionAge: c.Duration("max-xact-age")}, nil
+		MaxTransactionAge: c.Duration("max-xact-age"), MaxPeriodicLag: c.Duration("max-periodic-lag")}, nil
 }
 
 func healthAction(c *ucli.Context) error {

@@ -9,7 +9,9 @@
 //   - a stale write was rejected (stale_write_rejected events within Window): the fence
 //     stopped a holder whose lease had been revoked;
 //   - the oldest pending outbox row has waited longer than MaxOutboxAge;
-//   - a transaction has been open longer than MaxTransactionAge: it holds back vacuum.
+//   - a transaction has been open longer than MaxTransactionAge: it holds back vacuum;
+//   - a periodic schedule's next slot has been due longer than MaxPeriodicLag without
+//     its job: no worker runs scheduling passes, or they fail.
 //
 // Every age is measured by the database's clock.
 package health
@@ -21,6 +23,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fenceq/fenceq"
 	"github.com/fenceq/fenceq/outbox"
 	"github.com/fenceq/fenceq/queue"
 )
@@ -30,6 +33,7 @@ const (
 	DefaultWindow            = 5 * time.Minute
 	DefaultMaxOutboxAge      = 5 * time.Minute
 	DefaultMaxTransactionAge = 5 * time.Minute
+	DefaultMaxPeriodicLag    = time.Minute
 )
 
 // Thresholds bound the alert conditions.
@@ -42,6 +46,9 @@ type Thresholds struct {
 	// MaxTransactionAge is how long a transaction may be open. Defaults to
 	// DefaultMaxTransactionAge.
 	MaxTransactionAge time.Duration `json:"max_transaction_age"`
+	// MaxPeriodicLag is how long a periodic schedule's next slot may be due without its
+	// job. Defaults to DefaultMaxPeriodicLag.
+	MaxPeriodicLag time.Duration `json:"max_periodic_lag"`
 }
 
 // WithDefaults returns t with every zero field set to its default.
@@ -55,6 +62,9 @@ func (t Thresholds) WithDefaults() Thresholds {
 	if t.MaxTransactionAge == 0 {
 		t.MaxTransactionAge = DefaultMaxTransactionAge
 	}
+	if t.MaxPeriodicLag == 0 {
+		t.MaxPeriodicLag = DefaultMaxPeriodicLag
+	}
 	return t
 }
 
@@ -65,7 +75,8 @@ func (t Thresholds) Validate() error {
 	for _, f := range []struct {
 		name string
 		d    time.Duration
-	}{{"window", t.Window}, {"max_outbox_age", t.MaxOutboxAge}, {"max_transaction_age", t.MaxTransactionAge}} {
+	}{{"window", t.Window}, {"max_outbox_age", t.MaxOutboxAge}, {"max_transaction_age", t.MaxTransactionAge},
+		{"max_periodic_lag", t.MaxPeriodicLag}} {
 		if f.d <= 0 {
 			return &queue.ValidationError{Field: f.name, Reason: fmt.Sprintf("%s must be positive", f.d)}
 		}
@@ -82,6 +93,7 @@ const (
 	StaleWriteRejected Kind = "stale_write_rejected"
 	OutboxAge          Kind = "outbox_age"
 	TransactionAge     Kind = "transaction_age"
+	PeriodicLag        Kind = "periodic_lag"
 )
 
 // Condition is one alert condition and whether it holds.
@@ -107,6 +119,9 @@ type Report struct {
 	Outbox outbox.Backlog `json:"outbox"`
 	// Activity is the database's oldest open transaction.
 	Activity queue.Activity `json:"activity"`
+	// MostLagging is the periodic schedule whose next slot has been due longest; nil
+	// when none is due.
+	MostLagging *fenceq.PeriodicInfo `json:"most_lagging_schedule,omitempty"`
 	// Thresholds are the bounds checked, defaults applied.
 	Thresholds Thresholds `json:"thresholds"`
 }
@@ -130,6 +145,21 @@ func Check(ctx context.Context, db queue.DBTX, t Thresholds) (*Report, error) {
 	if err != nil {
 		return nil, fmt.Errorf("health: %w", err)
 	}
+	schedules, err := fenceq.ListPeriodic(ctx, db)
+	if err != nil {
+		return nil, fmt.Errorf("health: %w", err)
+	}
+	var lagging *fenceq.PeriodicInfo
+	for i := range schedules {
+		if s := &schedules[i]; s.Lag > 0 && (lagging == nil || s.Lag > lagging.Lag) {
+			lagging = s
+		}
+	}
+	lagValue, lag := "none due", time.Duration(0)
+	if lagging != nil {
+		lag = lagging.Lag
+		lagValue = fmt.Sprintf("%s (%s)", Age(lag), lagging.Name)
+	}
 	within := "0 in the last " + Age(t.Window)
 	alive, stale := events[queue.EventExpiredHolderAlive], events[queue.EventStaleWriteRejected]
 	conds := []Condition{
@@ -142,8 +172,11 @@ func Check(ctx context.Context, db queue.DBTX, t Thresholds) (*Report, error) {
 			Bound: "≤ " + Age(t.MaxOutboxAge), Alert: backlog.OldestPendingAge > t.MaxOutboxAge},
 		{Kind: TransactionAge, Name: "oldest open transaction", Value: Age(act.OldestTransactionAge),
 			Bound: "≤ " + Age(t.MaxTransactionAge), Alert: act.OldestTransactionAge > t.MaxTransactionAge},
+		{Kind: PeriodicLag, Name: "periodic schedule most behind", Value: lagValue,
+			Bound: "≤ " + Age(t.MaxPeriodicLag), Alert: lag > t.MaxPeriodicLag},
 	}
-	rep := &Report{Conditions: conds, Healthy: true, LeaseEvents: events, Outbox: backlog, Activity: act, Thresholds: t}
+	rep := &Report{Conditions: conds, Healthy: true, LeaseEvents: events, Outbox: backlog, Activity: act,
+		MostLagging: lagging, Thresholds: t}
 	for _, c := range conds {
 		if c.Alert {
 			rep.Alerts++

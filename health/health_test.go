@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fenceq/fenceq"
 	"github.com/fenceq/fenceq/fenceqtest"
 	"github.com/fenceq/fenceq/health"
 	"github.com/fenceq/fenceq/queue"
@@ -28,7 +29,7 @@ func TestCheckRaisesEachCondition(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !rep.Healthy || rep.Alerts != 0 || len(rep.Conditions) != 4 {
+	if !rep.Healthy || rep.Alerts != 0 || len(rep.Conditions) != 5 {
 		t.Fatalf("fresh schema: %+v", rep)
 	}
 	if rep.Thresholds.Window != health.DefaultWindow {
@@ -56,6 +57,21 @@ func TestCheckRaisesEachCondition(t *testing.T) {
 	}
 	if rep.Outbox.Pending != 1 || rep.LeaseEvents[queue.EventStaleWriteRejected] != 1 {
 		t.Errorf("report details: outbox %+v events %v", rep.Outbox, rep.LeaseEvents)
+	}
+	// A schedule whose slots no worker has enqueued for two hours lags.
+	if _, err := fenceq.AddPeriodic(ctx, db.Pool, queue.PeriodicParams{Name: "stalled", Spec: "@every 1m", Kind: "k",
+		Source: queue.SourceCLI}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, `UPDATE fenceq_periodic SET last_slot = now() - interval '2 hours' WHERE name = 'stalled'`); err != nil {
+		t.Fatal(err)
+	}
+	rep, err = health.Check(ctx, db.Pool, th)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !alerts(rep)[health.PeriodicLag] || rep.MostLagging == nil || rep.MostLagging.Name != "stalled" {
+		t.Fatalf("a schedule two hours behind: %+v, lagging %+v", rep.Conditions, rep.MostLagging)
 	}
 	// A window that looks back nowhere is refused, naming the field.
 	if _, err := health.Check(ctx, db.Pool, health.Thresholds{Window: -time.Minute}); !errors.Is(err, queue.ErrInvalid) {
