@@ -5,9 +5,9 @@
 // network can leave it: the harness reaches the hosts only by entering their
 // namespaces (Host.Do, Host.Start) or through Unix sockets.
 //
-//	 [db] eth0 10.123.0.1 ─┐
-//	 [w1] eth0 10.123.0.2 ─┼─ br0 in [sw]
-//	 [w2] eth0 10.123.0.3 ─┘
+//	[db] eth0 10.123.0.1 ─┐
+//	[w1] eth0 10.123.0.2 ─┼─ br0 in [sw]
+//	[w2] eth0 10.123.0.3 ─┘
 //
 // Namespaces are named PREFIX-PID-TOKEN-HOST, where PID is the creating process:
 // Cleanup removes those of processes that no longer run (a crashed earlier run) and
