@@ -38,8 +38,8 @@ type Proxy struct {
 	// holdArms is how many upcoming COMMITs get their reply held (see HoldCommitReplies).
 	holdArms atomic.Int64
 	onHold   atomic.Pointer[func(CommitDrop)]
-	commits    atomic.Int64
-	nextID     atomic.Int64
+	commits  atomic.Int64
+	nextID   atomic.Int64
 
 	mu      sync.Mutex
 	links   map[*link]struct{}
