@@ -25,6 +25,7 @@ type Proxy struct {
 	ln       net.Listener
 	dial     func(ctx context.Context, addr string) (net.Conn, error)
 	dialErrs atomic.Int64
+	refused  atomic.Int64
 
 	blackhole atomic.Bool
 	refuse    atomic.Bool
@@ -110,6 +111,9 @@ func NewWithConfig(cfg Config) (*Proxy, error) {
 	go p.accept()
 	return p, nil
 }
+
+// Refused returns how many connections were closed at once because of SetRefuse.
+func (p *Proxy) Refused() int64 { return p.refused.Load() }
 
 // DialErrors returns how many client connections were closed because the upstream
 // could not be reached: proof that a partition kept connections from being made.
@@ -254,6 +258,7 @@ func (p *Proxy) accept() {
 			return
 		}
 		if p.refuse.Load() {
+			p.refused.Add(1)
 			_ = c.Close()
 			continue
 		}
