@@ -439,7 +439,7 @@ func TestLostCommitReplyIsSettledAfterTheDatabaseReturns(t *testing.T) {
 	if d.Tag != "COMMIT" {
 		t.Fatalf("held reply %q; want COMMIT", d.Tag)
 	}
-	proxy.ResetAll() // the held connection and the pool's idle ones: the server is gone
+	proxy.ResetAll()                    // the held connection and the pool's idle ones: the server is gone
 	time.Sleep(1500 * time.Millisecond) // the outage: every connection attempt is refused meanwhile
 	proxy.SetRefuse(false)
 	if err := recv(t, commitErr, 15*time.Second, "job.Commit to return"); err != nil {

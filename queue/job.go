@@ -81,9 +81,9 @@ type JobRow struct {
 	Errors         []AttemptError  `json:"errors"`
 	// Metadata is a JSON object about the job rather than for its handler: who
 	// enqueued it and what travels with it. "{}" when there is none.
-	Metadata       json.RawMessage `json:"metadata"`
-	CreatedAt      time.Time       `json:"created_at"`
-	FinishedAt     *time.Time      `json:"finished_at"`
+	Metadata   json.RawMessage `json:"metadata"`
+	CreatedAt  time.Time       `json:"created_at"`
+	FinishedAt *time.Time      `json:"finished_at"`
 }
 
 // LeaseOf returns the lease the row records: its id, its generation and its holder. It

@@ -17,9 +17,9 @@ const (
 	DefaultMaxArgsBytes = 1 << 20
 	// MaxMetadataBytes is the limit on the size of a job's JSON metadata.
 	MaxMetadataBytes = 64 << 10
-	MinPriority         = 0
-	MaxPriority         = 100
-	MaxMaxAttempts      = 1000
+	MinPriority      = 0
+	MaxPriority      = 100
+	MaxMaxAttempts   = 1000
 )
 
 // ValidateQueue checks a queue name: 1–64 characters of ASCII letters, digits and
