@@ -40,9 +40,18 @@ func (e *Env) Inject(ctx context.Context, f PlannedFault) (rec FaultRecord) {
 	// A named result, so that this sets Took on the record returned (on an unnamed one
 	// it set a copy after the return value was taken, and every Took was 0).
 	defer func() { rec.Took = time.Since(start) }()
-	if f.Type == FaultPGRestart {
+	switch f.Type {
+	case FaultPGRestart:
 		rec.Target = "postgres"
 		proof, err := e.restartPostgres(ctx)
+		return e.settle(rec, proof, err)
+	case FaultDBPartition:
+		rec.Target = "the database host"
+		proof, err := e.dbPartition(ctx, f.For)
+		return e.settle(rec, proof, err)
+	case FaultFailover:
+		rec.Target = "the primary"
+		proof, err := e.failover(ctx)
 		return e.settle(rec, proof, err)
 	}
 	if f.Worker < 0 || f.Worker >= len(e.Workers) {
@@ -55,6 +64,18 @@ func (e *Env) Inject(ctx context.Context, f PlannedFault) (rec FaultRecord) {
 	switch f.Type {
 	case FaultPause, FaultKill, FaultBlackhole, FaultTerminate, FaultReset:
 		held = e.waitHolding(ctx, w, holdWait)
+	case FaultLinkDown:
+		// A job that runs on through the cut lets the worker find its lease revoked
+		// once the link is back: take the worker holding one, this one if it does.
+		if !e.waitHoldingStubborn(ctx, w, holdWait) {
+			for _, o := range e.Workers {
+				if e.waitHoldingStubborn(ctx, o, 0) {
+					w = o
+					break
+				}
+			}
+		}
+		held = e.waitHolding(ctx, w, 0)
 	}
 	rec.Target = fmt.Sprintf("%s (%s, pid %d)", w.Name, w.ID(), w.Proc.Pid())
 	if held >= 0 {
@@ -63,6 +84,10 @@ func (e *Env) Inject(ctx context.Context, f PlannedFault) (rec FaultRecord) {
 	var proof string
 	var err error
 	switch f.Type {
+	case FaultLinkDown:
+		proof, rec.Effect, err = e.linkDown(ctx, w, f.For)
+	case FaultCommitCut:
+		proof, rec.Effect, err = e.commitCut(ctx, w, f.For)
 	case FaultPause:
 		proof, err = e.pause(ctx, w, f.For)
 	case FaultKill:
@@ -94,7 +119,7 @@ func (e *Env) settle(rec FaultRecord, proof string, err error) FaultRecord {
 		return rec
 	}
 	rec.Fired, rec.Proof = true, proof
-	e.log.Info("fault fired", "fault", rec.Type, "target", rec.Target, "proof", proof)
+	e.log.Info("fault fired", "fault", rec.Type, "target", rec.Target, "proof", proof, "effect", rec.Effect)
 	return rec
 }
 
@@ -244,10 +269,18 @@ func (e *Env) restartPostgres(ctx context.Context) (string, error) {
 func (e *Env) Restore() {
 	for _, w := range e.Workers {
 		_ = w.Proc.Resume()
-		w.Proxy.SetBlackhole(false)
-		w.Proxy.SetLatency(0)
-		w.Proxy.DropCommitReplies(0)
-		w.Proxy.SetRefuse(false)
+		for _, p := range w.Proxies {
+			p.SetBlackhole(false)
+			p.SetLatency(0)
+			p.DropCommitReplies(0)
+			p.HoldCommitReplies(0, nil)
+			p.SetRefuse(false)
+		}
+	}
+	if e.Net != nil {
+		for _, h := range e.Net.Hosts {
+			_ = h.SetLink(context.Background(), true)
+		}
 	}
 }
 

@@ -45,6 +45,9 @@ type Options struct {
 	StartTimeout time.Duration
 	// ListenAddress is the one address the server listens on. Defaults to 127.0.0.1.
 	ListenAddress string
+	// TrustNetworks are CIDR ranges whose clients pg_hba.conf trusts besides loopback
+	// (e.g. the private network a server on ListenAddress serves).
+	TrustNetworks []string
 	// RunIn starts each command of the cluster (initdb, pg_ctl, pg_basebackup) in
 	// place of cmd.Start, e.g. inside a network namespace so that the server listens
 	// there. Defaults to cmd.Start.
@@ -149,11 +152,40 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		"-E", "UTF8", "--locale=C", "--no-sync"); err != nil {
 		return nil, fmt.Errorf("initdb: %w: %s", err, lastLines(out, 3))
 	}
+	if err := c.trustNetworks(); err != nil {
+		return nil, err
+	}
 	if err := c.startOnFreePort(ctx); err != nil {
 		return nil, err
 	}
 	opts.Logger.Info("throwaway PostgreSQL cluster started", "port", c.Port)
 	return c, nil
+}
+
+// trustNetworks adds Options.TrustNetworks to pg_hba.conf.
+func (c *Cluster) trustNetworks() error {
+	if len(c.opts.TrustNetworks) == 0 {
+		return nil
+	}
+	var b strings.Builder
+	for _, n := range c.opts.TrustNetworks {
+		if _, _, err := net.ParseCIDR(n); err != nil {
+			return fmt.Errorf("start PostgreSQL cluster: Options.TrustNetworks: %w", err)
+		}
+		fmt.Fprintf(&b, "host all all %s trust\nhost replication all %s trust\n", n, n)
+	}
+	f, err := os.OpenFile(filepath.Join(c.dataDir, "pg_hba.conf"), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return fmt.Errorf("start PostgreSQL cluster: %w", err)
+	}
+	_, err = f.WriteString(b.String())
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("start PostgreSQL cluster: pg_hba.conf: %w", err)
+	}
+	return nil
 }
 
 // newCluster makes the cluster's temporary directory, owned by the user the server

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"time"
 
@@ -23,6 +24,9 @@ type StandbyOptions struct {
 	Sync bool
 	// Settings are the standby's own extra settings, on top of the primary's Settings.
 	Settings map[string]string
+	// Via is the host:port the standby reaches the primary at (the base backup and the
+	// streaming), e.g. a fault proxy in front of it. Defaults to the primary's own.
+	Via string
 }
 
 // StartStandby makes a streaming standby of c: a base backup taken with
@@ -60,7 +64,13 @@ func (c *Cluster) StartStandby(ctx context.Context, so StandbyOptions) (s *Clust
 	bctx, cancel := context.WithTimeout(ctx, opts.StartTimeout)
 	defer cancel()
 	opts.Logger.Info("taking a base backup for a standby", "primary_port", c.Port, "dir", s.Dir)
-	conninfo := fmt.Sprintf("host=%s port=%d user=postgres", c.Host, c.Port)
+	host, port := c.Host, strconv.Itoa(c.Port)
+	if so.Via != "" {
+		if host, port, err = net.SplitHostPort(so.Via); err != nil {
+			return nil, fmt.Errorf("standby: StandbyOptions.Via %q: %w", so.Via, err)
+		}
+	}
+	conninfo := fmt.Sprintf("host=%s port=%s user=postgres", host, port)
 	if out, err := s.run(bctx, "pg_basebackup", "-D", s.dataDir, "-R", "-X", "stream", "-c", "fast",
 		"--no-sync", "-d", conninfo); err != nil {
 		return nil, fmt.Errorf("pg_basebackup: %w: %s", err, lastLines(out, 3))
