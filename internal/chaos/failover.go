@@ -79,12 +79,12 @@ type failoverState struct {
 	staleGenNow int64
 	staleOK     bool
 	// inflight are the COMMITs whose replies were held when the primary died.
-	inflight  []heldCommit
-	logBefore map[*Worker]int
-	killedAt       time.Time
-	promotedIn     time.Duration
-	lagBytes       int64
-	done           bool
+	inflight   []heldCommit
+	logBefore  map[*Worker]int
+	killedAt   time.Time
+	promotedIn time.Duration
+	lagBytes   int64
+	done       bool
 }
 
 // FailoverReport is what a failover run proves, measured on the promoted standby.
@@ -116,9 +116,9 @@ type FailoverReport struct {
 	StaleWriteSaid string `json:"stale_write"`
 	// InFlight describes the COMMIT whose reply died with the primary, and Reconciled
 	// the jobs whose worker then found their commit landed instead of writing again.
-	InFlight        string `json:"in_flight"`
-	InFlightCommits int    `json:"in_flight_commits"`
-	Reconciled []string `json:"reconciled,omitempty"`
+	InFlight        string   `json:"in_flight"`
+	InFlightCommits int      `json:"in_flight_commits"`
+	Reconciled      []string `json:"reconciled,omitempty"`
 	// RepeatedWrites counts stale writes rejected for the reconciled jobs' leases: a
 	// worker that wrote again after its commit had landed.
 	RepeatedWrites int64 `json:"repeated_writes"`
