@@ -369,8 +369,8 @@ func (e *Env) commitCut(ctx context.Context, w *Worker, d time.Duration) (proof,
 	proof = fmt.Sprintf("reply %q (%d bytes) to a COMMIT on connection %d swallowed and eth0 of %s cut (read back %s, "+
 		"a connection to the database failed: %s) for %s; then the link came up and that connection was reset",
 		cd.Tag, cd.Bytes, cd.ConnID, w.Name, st, shortErr(probe), d.Round(time.Millisecond))
-	// The worker settles the commit once it can look again.
-	deadline := time.Now().Add(e.cfg.Lease + 12*time.Second)
+	// The worker settles the commit at once: the reset told it the reply is lost.
+	deadline := time.Now().Add(5 * time.Second)
 	for cd.Tag == "COMMIT" {
 		if n := countMatches(w.LogPath(), reconciledRe); n > logBefore {
 			jobs := lastMatches(w.LogPath(), reconciledRe, n-logBefore)
