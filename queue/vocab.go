@@ -26,8 +26,6 @@ var (
 		StateCompleted, StateDiscarded, StateCancelled}
 	unfinishedStates = [...]State{StateAvailable, StateScheduled, StateRunning, StateRetryable}
 	finalStates      = [...]State{StateCompleted, StateDiscarded, StateCancelled}
-	// waitingStates are the unfinished states of a job nobody holds.
-	waitingStates = [...]State{StateAvailable, StateScheduled, StateRetryable}
 	// dueStates wait for run_at and are promoted to available when it passes.
 	dueStates = [...]State{StateScheduled, StateRetryable}
 )
@@ -84,7 +82,6 @@ const (
 var (
 	sqlUnfinished = sqlList(unfinishedStates[:])
 	sqlFinal      = sqlList(finalStates[:])
-	sqlWaiting    = sqlList(waitingStates[:])
 	sqlDue        = sqlList(dueStates[:])
 
 	sqlAvailable = sqlLit(StateAvailable)
