@@ -36,7 +36,7 @@ func chaosCommand() *ucli.Command {
 			"With --naive the same run uses the naive baseline (no lease generation, unconditional\n" +
 			"release, check-then-insert, no unique constraints): it is expected to report duplicates.",
 		Flags: append([]ucli.Flag{
-			&ucli.DurationFlag{Name: "duration", Value: time.Minute, Usage: "how long work is issued and faults injected"},
+			&ucli.DurationFlag{Name: "duration", Value: time.Minute, Usage: "how long work is issued and faults injected (default 2m with --hosts: eleven fault types)"},
 			&ucli.Int64Flag{Name: "seed", Usage: "seed of the fault schedule and the workload (default: from the clock, printed)"},
 			&ucli.IntFlag{Name: "workers", Value: 3, Usage: "worker processes"},
 			&ucli.StringFlag{Name: "faults", Value: "all", Usage: "comma-separated fault types: " + faultNames() + ", all or none"},
@@ -137,6 +137,10 @@ func chaosAction(c *ucli.Context) error {
 		seed = time.Now().UnixNano() % 1_000_000
 	}
 	lease := c.Duration("lease")
+	duration := c.Duration("duration")
+	if hosts > 0 && !c.IsSet("duration") {
+		duration = 2 * time.Minute
+	}
 	cfg := chaos.Config{
 		Env: chaos.EnvConfig{Binary: self, DatabaseURL: dbURL(c), OwnCluster: c.Bool("own-cluster"),
 			Workers: c.Int("workers"), Naive: c.Bool("naive"), Lease: lease, Heartbeat: lease / 4,
@@ -145,7 +149,7 @@ func chaosAction(c *ucli.Context) error {
 			Hosts: hosts, Failover: c.Bool("failover"), AsyncReplication: c.Bool("async"), ReplicaLag: c.Duration("replica-lag")},
 		Workload: chaos.WorkloadConfig{WaveEvery: c.Duration("wave-every"), Customers: c.Int("customers"),
 			OrderKeys: c.Int("order-keys"), SleepJobs: c.Int("sleep-jobs")},
-		Seed: seed, Duration: c.Duration("duration"), Faults: faults, Settle: c.Duration("settle"), Logger: log,
+		Seed: seed, Duration: duration, Faults: faults, Settle: c.Duration("settle"), Logger: log,
 	}
 	if hosts > 0 {
 		cfg.Env.Workers = hosts

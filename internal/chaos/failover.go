@@ -279,10 +279,14 @@ func (e *Env) failover(ctx context.Context) (string, error) {
 		}
 	}
 	defer disarm()
+	wait := commitDropWait
+	if lim := e.waitLimit(); !lim.IsZero() && time.Until(lim) < wait {
+		wait = max(time.Until(lim), time.Second) // the work has stopped: commits have too
+	}
 	select {
 	case <-first:
 		sleepCtx(ctx, holdWindow)
-	case <-time.After(commitDropWait):
+	case <-time.After(wait):
 	case <-ctx.Done():
 		return "", ctx.Err()
 	}

@@ -197,8 +197,10 @@ func overhead(f FaultType, lease time.Duration) time.Duration {
 	case FaultKill, FaultCommitDrop:
 		return lease / 2
 	case FaultLinkDown:
-		return 2 * lease // the wait for the worker to report its lost leases
+		return 2*lease + time.Second // the wait for the worker to report its lost leases
 	case FaultCommitCut:
+		return lease + 3*time.Second // waiting for a COMMIT, then for its settlement
+	case FaultDBPartition:
 		return lease
 	}
 	return lease / 4
