@@ -274,7 +274,25 @@ func (c *Cluster) startServer(ctx context.Context) error {
 
 // Kill stops the server in immediate mode, as a crash would (no checkpoint, clients cut
 // off), and leaves it stopped; Stop still removes its directory.
-func (c *Cluster) Kill(ctx context.Context) error { return c.stopServer(ctx, "immediate") }
+// If pg_ctl does not report the server stopped within 10s, the postmaster is killed
+// outright (SIGQUIT, then SIGKILL).
+func (c *Cluster) Kill(ctx context.Context) error {
+	kctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	err := c.stopServer(kctx, "immediate")
+	if err == nil {
+		return nil
+	}
+	if kerr := c.killPostmaster(); kerr != nil {
+		return errors.Join(err, kerr)
+	}
+	if _, serr := os.Stat(filepath.Join(c.dataDir, "postmaster.pid")); serr == nil {
+		// The pid file stays behind a killed postmaster; it no longer runs.
+		_ = os.Remove(filepath.Join(c.dataDir, "postmaster.pid"))
+	}
+	c.opts.Logger.Warn("pg_ctl stop -m immediate did not finish; postmaster killed", "err", err)
+	return nil
+}
 
 // Restart stops the server (mode "immediate" simulates a crash; "fast" is a clean
 // shutdown) and starts it again on the same port and data.
