@@ -47,7 +47,7 @@ func chaosCommand() *ucli.Command {
 			&ucli.BoolFlag{Name: "failover", Usage: "run a primary and a synchronous streaming standby; half-way the primary is killed " +
 				"with COMMITs in flight and the standby promoted (the failover fault)"},
 			&ucli.BoolFlag{Name: "async", Usage: "with --failover: asynchronous replication; what is lost is measured and reported, not asserted"},
-			&ucli.DurationFlag{Name: "replica-lag", Usage: "with --async: stop the standby's WAL receiver this long before the kill"},
+			&ucli.DurationFlag{Name: "replica-lag", Usage: "with --async: silence the link the standby streams over this long before the kill"},
 			&ucli.DurationFlag{Name: "lease", Value: 2 * time.Second, Usage: "the workers' lease (heartbeat and reaper every lease/4)"},
 			&ucli.IntFlag{Name: "concurrency", Value: 4, Usage: "jobs per queue each worker runs at once"},
 			&ucli.DurationFlag{Name: "settle", Value: 2 * time.Minute, Usage: "how long the work may take to drain after the faults stop"},

@@ -65,9 +65,9 @@ type EnvConfig struct {
 	// OwnCluster.
 	Failover         bool
 	AsyncReplication bool
-	// ReplicaLag, with AsyncReplication, stops the standby's WAL receiver for this long
-	// before the primary is killed: the standby lags by what the primary acknowledged
-	// meanwhile.
+	// ReplicaLag, with AsyncReplication, silences the link the standby streams over
+	// for this long before the primary is killed: the standby lacks what the primary
+	// acknowledged meanwhile.
 	ReplicaLag time.Duration
 	// Naive runs the naive baseline worker instead of `fenceq worker`, on a schema whose
 	// business unique constraints are dropped.
