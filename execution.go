@@ -123,9 +123,7 @@ func (e *execution) commit(ctx context.Context, fn func(ctx context.Context, tx 
 		return err
 	default:
 		// The outcome of COMMIT may be unknown (connection lost): look before retrying.
-		rctx, cancel := context.WithTimeout(context.Background(), w.cfg.WriteTimeout)
-		state, landed, lerr := queue.Landed(rctx, w.pool, e.lease)
-		cancel()
+		state, landed, lerr := w.landedWithin(e.lease)
 		if lerr != nil || !landed || state != queue.StateCompleted {
 			return err
 		}
@@ -135,6 +133,29 @@ func (e *execution) commit(ctx context.Context, fn func(ctx context.Context, tx 
 	e.committed = true
 	e.mu.Unlock()
 	return nil
+}
+
+// landedWithin asks whether a write under the lease landed (queue.Landed), asking
+// again while the database cannot answer — a primary failing over, a partition
+// healing — for up to WriteTimeout. A COMMIT whose reply was lost is settled by
+// looking, never by writing again, so it must not be given up on at the first refused
+// connection.
+func (w *Worker) landedWithin(l Lease) (queue.State, bool, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), w.cfg.WriteTimeout)
+	defer cancel()
+	wait := 100 * time.Millisecond
+	for {
+		state, landed, err := queue.Landed(ctx, w.pool, l)
+		if err == nil || errors.Is(err, queue.ErrNotFound) {
+			return state, landed, err
+		}
+		select {
+		case <-ctx.Done():
+			return state, landed, err
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, time.Second)
+	}
 }
 
 func (w *Worker) startExecution(row *JobRow, sent time.Time) {

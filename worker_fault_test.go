@@ -397,3 +397,69 @@ func recv[T any](t *testing.T, ch <-chan T, within time.Duration, what string) T
 		panic("unreachable")
 	}
 }
+
+// TestLostCommitReplyIsSettledAfterTheDatabaseReturns drops the reply to a job's fenced
+// COMMIT and keeps the database unreachable for a second and a half after it (every
+// new connection refused, as while a primary fails over): the worker must keep asking
+// whether its commit landed until the database answers, find that it did, report the
+// commit as done to the handler, and write nothing more — not give up at the first
+// refused connection and leave the handler with an error for a commit that landed.
+func TestLostCommitReplyIsSettledAfterTheDatabaseReturns(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	pool, proxy := b.proxiedPool(t)
+	commitErr := make(chan error, 1)
+	fenceq.AddHandler(b.hs, func(ctx context.Context, job *fenceq.Job[resultArgs]) error {
+		err := writeResult(ctx, job)
+		commitErr <- err
+		return err
+	}, nil)
+	w, err := fenceq.NewWorker(pool, b.fastConfig(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = w.Stop(ctx)
+	}()
+	held := make(chan faultproxy.CommitDrop, 1)
+	proxy.HoldCommitReplies(1, func(d faultproxy.CommitDrop) {
+		proxy.SetRefuse(true)
+		held <- d
+	})
+	res, err := fenceq.Enqueue(b.ctx, b.db.Pool, resultArgs{Value: "once"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := recv(t, held, 15*time.Second, "the job's COMMIT reply to be held")
+	if d.Tag != "COMMIT" {
+		t.Fatalf("held reply %q; want COMMIT", d.Tag)
+	}
+	proxy.ResetAll()                    // the held connection and the pool's idle ones: the server is gone
+	time.Sleep(1500 * time.Millisecond) // the outage: every connection attempt is refused meanwhile
+	proxy.SetRefuse(false)
+	if err := recv(t, commitErr, 15*time.Second, "job.Commit to return"); err != nil {
+		t.Fatalf("job.Commit = %v for a commit that landed; want nil once the database answers", err)
+	}
+	fenceqtest.WaitFor(t, "the job to be completed", 20*time.Second, func() bool {
+		j, err := queue.GetJob(b.ctx, b.db.Pool, res.Job.ID)
+		return err == nil && j.State == queue.StateCompleted
+	})
+	j, err := queue.GetJob(b.ctx, b.db.Pool, res.Job.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.Attempt != 1 || j.LeaseGen != 1 {
+		t.Fatalf("job completed on attempt %d, generation %d; want 1 and 1 (settled by looking, not re-run)", j.Attempt, j.LeaseGen)
+	}
+	if n := b.countEvents(t, queue.EventStaleWriteRejected, res.Job.ID, 1); n != 0 {
+		t.Fatalf("%d stale writes rejected for the landed lease: the worker wrote again instead of looking", n)
+	}
+	if proxy.Refused() == 0 {
+		t.Fatal("no connection was refused during the outage: the worker never had to ask again")
+	}
+}

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -10,6 +11,7 @@ import (
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/fenceq/fenceq/internal/chaos"
+	"github.com/fenceq/fenceq/internal/netns"
 )
 
 // chaosCommand is `fenceq chaos`: a fault-injection run with real worker processes,
@@ -25,16 +27,27 @@ func chaosCommand() *ucli.Command {
 			"commit-drop (the reply to a COMMIT is lost) and pg-restart (immediate mode; needs\n" +
 			"--own-cluster, a throwaway cluster the harness controls). Then it lets the work settle,\n" +
 			"runs the verify invariants and prints one report.\n\n" +
+			"With --hosts N each worker runs on a host of its own (a network namespace, root and iproute2\n" +
+			"needed) and the faults link-down, commit-cut and db-partition cut links. With --failover the\n" +
+			"harness runs a synchronous standby and, half-way, kills the primary with COMMITs in flight and\n" +
+			"promotes the standby; every acknowledged enqueue and outcome must be on it (--async measures\n" +
+			"what asynchronous replication loses instead, and exits 0).\n\n" +
 			"Exit status 0 only when nothing was duplicated or lost and every scheduled fault type fired.\n" +
 			"With --naive the same run uses the naive baseline (no lease generation, unconditional\n" +
 			"release, check-then-insert, no unique constraints): it is expected to report duplicates.",
 		Flags: append([]ucli.Flag{
-			&ucli.DurationFlag{Name: "duration", Value: time.Minute, Usage: "how long work is issued and faults injected"},
+			&ucli.DurationFlag{Name: "duration", Value: time.Minute, Usage: "how long work is issued and faults injected (default 2m with --hosts: eleven fault types)"},
 			&ucli.Int64Flag{Name: "seed", Usage: "seed of the fault schedule and the workload (default: from the clock, printed)"},
 			&ucli.IntFlag{Name: "workers", Value: 3, Usage: "worker processes"},
 			&ucli.StringFlag{Name: "faults", Value: "all", Usage: "comma-separated fault types: " + faultNames() + ", all or none"},
 			&ucli.BoolFlag{Name: "naive", Usage: "run the naive baseline workers instead (expect duplicates)"},
 			&ucli.BoolFlag{Name: "own-cluster", Usage: "run a throwaway PostgreSQL cluster (initdb) the harness can restart, instead of --database-url"},
+			&ucli.IntFlag{Name: "hosts", Usage: "run each of N workers on a host of its own (a network namespace), PostgreSQL on another, " +
+				"on a private bridge; adds the faults link-down, commit-cut and db-partition (needs root and iproute2)"},
+			&ucli.BoolFlag{Name: "failover", Usage: "run a primary and a synchronous streaming standby; half-way the primary is killed " +
+				"with COMMITs in flight and the standby promoted (the failover fault)"},
+			&ucli.BoolFlag{Name: "async", Usage: "with --failover: asynchronous replication; what is lost is measured and reported, not asserted"},
+			&ucli.DurationFlag{Name: "replica-lag", Usage: "with --async: silence the link the standby streams over this long before the kill"},
 			&ucli.DurationFlag{Name: "lease", Value: 2 * time.Second, Usage: "the workers' lease (heartbeat and reaper every lease/4)"},
 			&ucli.IntFlag{Name: "concurrency", Value: 4, Usage: "jobs per queue each worker runs at once"},
 			&ucli.DurationFlag{Name: "settle", Value: 2 * time.Minute, Usage: "how long the work may take to drain after the faults stop"},
@@ -93,6 +106,24 @@ func chaosAction(c *ucli.Context) error {
 	if c.Int("workers") < 1 || c.Int("workers") > 64 {
 		return usageError{fmt.Errorf("invalid --workers %d: must be 1–64", c.Int("workers"))}
 	}
+	hosts := c.Int("hosts")
+	switch {
+	case hosts < 0 || hosts > 64:
+		return usageError{fmt.Errorf("invalid --hosts %d: must be 1–64", hosts)}
+	case hosts > 0 && c.Bool("failover"):
+		return usageError{errors.New("--hosts and --failover cannot be combined")}
+	case hosts > 0 && c.IsSet("workers") && c.Int("workers") != hosts:
+		return usageError{fmt.Errorf("--workers %d differs from --hosts %d: one worker runs per host", c.Int("workers"), hosts)}
+	case c.Bool("async") && !c.Bool("failover"):
+		return usageError{errors.New("--async needs --failover")}
+	case c.Duration("replica-lag") < 0 || (c.Duration("replica-lag") > 0 && !c.Bool("async")):
+		return usageError{errors.New("--replica-lag needs --async (a synchronous standby that lags stalls every commit)")}
+	}
+	if hosts > 0 {
+		if err := netns.Available(); err != nil {
+			return usageError{fmt.Errorf("--hosts: %w", err)}
+		}
+	}
 	log, err := newLogger(c)
 	if err != nil {
 		return err
@@ -106,23 +137,31 @@ func chaosAction(c *ucli.Context) error {
 		seed = time.Now().UnixNano() % 1_000_000
 	}
 	lease := c.Duration("lease")
+	duration := c.Duration("duration")
+	if hosts > 0 && !c.IsSet("duration") {
+		duration = 2 * time.Minute
+	}
 	cfg := chaos.Config{
 		Env: chaos.EnvConfig{Binary: self, DatabaseURL: dbURL(c), OwnCluster: c.Bool("own-cluster"),
 			Workers: c.Int("workers"), Naive: c.Bool("naive"), Lease: lease, Heartbeat: lease / 4,
 			Reaper: lease / 4, Concurrency: c.Int("concurrency"), LogDir: c.String("log-dir"),
-			KeepSchema: c.Bool("keep-schema"), WorkerDatabaseURL: c.String("worker-database-url"), Logger: log},
+			KeepSchema: c.Bool("keep-schema"), WorkerDatabaseURL: c.String("worker-database-url"), Logger: log,
+			Hosts: hosts, Failover: c.Bool("failover"), AsyncReplication: c.Bool("async"), ReplicaLag: c.Duration("replica-lag")},
 		Workload: chaos.WorkloadConfig{WaveEvery: c.Duration("wave-every"), Customers: c.Int("customers"),
 			OrderKeys: c.Int("order-keys"), SleepJobs: c.Int("sleep-jobs")},
-		Seed: seed, Duration: c.Duration("duration"), Faults: faults, Settle: c.Duration("settle"), Logger: log,
+		Seed: seed, Duration: duration, Faults: faults, Settle: c.Duration("settle"), Logger: log,
 	}
-	if cfg.Env.OwnCluster {
+	if hosts > 0 {
+		cfg.Env.Workers = hosts
+	}
+	if cfg.Env.OwnCluster || hosts > 0 || cfg.Env.Failover {
 		cfg.Env.DatabaseURL = ""
 	}
 	if c.Bool("no-listen") {
 		cfg.Env.WorkerArgs = append(cfg.Env.WorkerArgs, "--no-listen")
 	}
 	for _, f := range faults {
-		if f == chaos.FaultPGRestart && !cfg.Env.OwnCluster {
+		if f == chaos.FaultPGRestart && !cfg.Env.OwnCluster && hosts == 0 && !cfg.Env.Failover {
 			log.Warn("fault pg-restart skipped: " + chaos.ErrNoCluster.Error())
 		}
 	}
@@ -144,7 +183,7 @@ func chaosAction(c *ucli.Context) error {
 	if err != nil {
 		return err
 	}
-	if !rep.Pass {
+	if !rep.Pass && rep.Asserted {
 		return silentError{"chaos: " + strings.Join(rep.Failures, "; ")}
 	}
 	return nil

@@ -25,6 +25,11 @@ func TestChaosCommandRejectsBadFlags(t *testing.T) {
 		{[]string{"--workers", "0"}, "invalid --workers 0"},
 		{[]string{"--duration", "0s"}, "invalid --duration 0s"},
 		{[]string{"extra"}, `unknown argument "extra"`},
+		{[]string{"--hosts", "-1"}, "invalid --hosts -1"},
+		{[]string{"--hosts", "2", "--failover"}, "--hosts and --failover cannot be combined"},
+		{[]string{"--hosts", "2", "--workers", "3"}, "--workers 3 differs from --hosts 2"},
+		{[]string{"--async"}, "--async needs --failover"},
+		{[]string{"--failover", "--replica-lag", "1s"}, "--replica-lag needs --async"},
 		{[]string{"naive-worker", "--id=w1"}, "--database-url is required"},
 		{[]string{"naive-worker", "--database-url=postgres://x/y", "--id=w1", "--mail-file=/tmp/m", "--concurrency=0"}, "--concurrency 0"},
 	}

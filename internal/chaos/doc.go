@@ -27,6 +27,31 @@
 // A run passes when there are no duplicates, nothing was lost, every scheduled fault
 // type fired, and no worker crashed.
 //
+// # Beyond one machine
+//
+// With EnvConfig.Hosts (`fenceq chaos --hosts N`) every worker process runs on a host
+// of its own: a network namespace per worker and one for PostgreSQL (a throwaway
+// cluster listening on that host's address), cabled to a bridge in a switch namespace
+// (internal/netns; nothing is added to the harness's own namespace, which reaches the
+// server over its Unix socket). Each worker's proxy runs inside the worker's namespace,
+// so its traffic crosses the worker's own link. Three faults cut links: link-down (a
+// worker's link past the lease; once healed, the worker must record the leases it
+// lost), commit-cut (the link cut the moment a COMMIT's reply comes back; the worker
+// must settle the commit by looking, queue.Landed) and db-partition (the database host
+// cut off from every worker). Namespaces carry the creating pid in their names, so a
+// run removes the leftovers of a crashed one.
+//
+// With EnvConfig.Failover (`--failover`) the harness runs a primary and a synchronous
+// streaming standby and workers use a multi-host URL with
+// target_session_attrs=read-write. The failover fault revokes a lease, holds every
+// COMMIT reply for a moment, kills the primary (pg_ctl stop -m immediate) and promotes
+// the standby. The harness keeps outside the database every enqueue, completion,
+// order, invoice and delivery whose commit was acknowledged (tagged, since a promoted
+// standby that lost WAL hands the same ids out again) and checks them all on the
+// promoted standby, with the revoked lease still revoked there and the commits in
+// flight settled by looking. With AsyncReplication (`--async`) the same is measured
+// and reported, not asserted.
+//
 // # The naive baseline
 //
 // With EnvConfig.Naive the same run uses the naive worker of this package instead

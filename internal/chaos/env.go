@@ -10,8 +10,10 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fenceq/fenceq/internal/faultproxy"
+	"github.com/fenceq/fenceq/internal/netns"
 	"github.com/fenceq/fenceq/internal/pgcluster"
 	"github.com/fenceq/fenceq/internal/redact"
 	"github.com/fenceq/fenceq/jobs/builtin"
@@ -48,6 +51,24 @@ type EnvConfig struct {
 	WorkerDatabaseURL string
 	// Workers is the number of worker processes. Defaults to 3.
 	Workers int
+	// Hosts, when positive, runs each of that many worker processes on a host of its
+	// own: a network namespace per worker and one for PostgreSQL (a throwaway cluster
+	// listening on that host's address), cabled to a private bridge (internal/netns).
+	// Each worker's fault proxy runs inside the worker's namespace, so its traffic
+	// crosses the worker's own link. Needs root and iproute2; sets Workers and
+	// OwnCluster.
+	Hosts int
+	// Failover runs a primary and a streaming standby (throwaway clusters); workers
+	// reach both with a multi-host URL (target_session_attrs=read-write), through a
+	// fault proxy per server, so that the failover fault can kill the primary and
+	// promote the standby. Replication is synchronous unless AsyncReplication. Sets
+	// OwnCluster.
+	Failover         bool
+	AsyncReplication bool
+	// ReplicaLag, with AsyncReplication, silences the link the standby streams over
+	// for this long before the primary is killed: the standby lacks what the primary
+	// acknowledged meanwhile.
+	ReplicaLag time.Duration
 	// Naive runs the naive baseline worker instead of `fenceq worker`, on a schema whose
 	// business unique constraints are dropped.
 	Naive bool
@@ -84,6 +105,28 @@ type EnvConfig struct {
 func (c *EnvConfig) withDefaults() error {
 	if c.Binary == "" {
 		return errors.New("chaos: EnvConfig.Binary: the fenceq binary is required")
+	}
+	switch {
+	case c.Hosts < 0 || c.Hosts > 64:
+		return fmt.Errorf("chaos: EnvConfig.Hosts: %d must be between 0 and 64", c.Hosts)
+	case c.Hosts > 0 && c.Failover:
+		return errors.New("chaos: EnvConfig.Hosts and Failover cannot be combined")
+	case (c.Hosts > 0 || c.Failover) && c.WorkerDatabaseURL != "":
+		return errors.New("chaos: EnvConfig.WorkerDatabaseURL cannot be combined with Hosts or Failover")
+	case c.AsyncReplication && !c.Failover:
+		return errors.New("chaos: EnvConfig.AsyncReplication needs Failover")
+	case c.ReplicaLag < 0 || (c.ReplicaLag > 0 && !c.AsyncReplication):
+		return errors.New("chaos: EnvConfig.ReplicaLag needs AsyncReplication (a synchronous standby that lags stalls every commit)")
+	}
+	if c.Hosts > 0 {
+		if c.Workers != 0 && c.Workers != c.Hosts {
+			return fmt.Errorf("chaos: EnvConfig.Workers %d differs from Hosts %d: one worker runs per host", c.Workers, c.Hosts)
+		}
+		c.Workers = c.Hosts
+		c.OwnCluster = true
+	}
+	if c.Failover {
+		c.OwnCluster = true
 	}
 	if !c.OwnCluster && c.DatabaseURL == "" {
 		return errors.New("chaos: EnvConfig.DatabaseURL: required unless OwnCluster")
@@ -137,8 +180,13 @@ type Env struct {
 	log *slog.Logger
 	// Token makes names of this run unique on a shared server.
 	Token string
-	// Cluster is the throwaway cluster, nil unless OwnCluster.
+	// Cluster is the throwaway cluster, nil unless OwnCluster; with Failover it is the
+	// primary and Standby the standby.
 	Cluster *pgcluster.Cluster
+	Standby *pgcluster.Cluster
+	// Net is the private network of a Hosts run, DBHost its PostgreSQL host.
+	Net    *netns.Network
+	DBHost *netns.Host
 	// Schema is the run's schema; URL connects to it directly.
 	Schema string
 	URL    string
@@ -154,6 +202,9 @@ type Env struct {
 
 	mu    sync.Mutex
 	until time.Time // faults stop waiting for work then (see RunSchedule)
+	fo    *failoverState
+	// replProxy carries the standby's replication connection in a Failover run.
+	replProxy *faultproxy.Proxy
 }
 
 // Worker is one worker slot: a process (restarted after kills) behind its own fault
@@ -165,8 +216,12 @@ type Worker struct {
 	Name string
 	// AppName is the application_name of every session of the slot.
 	AppName string
-	// Proxy sits between the slot's processes and PostgreSQL.
-	Proxy *faultproxy.Proxy
+	// Proxy sits between the slot's processes and PostgreSQL. With Failover, Proxies
+	// holds one proxy per server (primary first) and Proxy is the primary's.
+	Proxy   *faultproxy.Proxy
+	Proxies []*faultproxy.Proxy
+	// Host is the slot's network namespace in a Hosts run, nil otherwise.
+	Host *netns.Host
 	// Proc is the slot's process.
 	Proc *Process
 	// MailFile receives the emails the slot delivers.
@@ -185,6 +240,9 @@ func NewEnv(ctx context.Context, cfg EnvConfig) (e *Env, err error) {
 		return nil, err
 	}
 	e = &Env{cfg: cfg, log: cfg.Logger, Token: randomToken()}
+	if cfg.Failover {
+		e.fo = &failoverState{}
+	}
 	defer func() {
 		if err != nil {
 			_ = e.Close(context.Background())
@@ -201,14 +259,9 @@ func NewEnv(ctx context.Context, cfg EnvConfig) (e *Env, err error) {
 
 	base := cfg.DatabaseURL
 	if cfg.OwnCluster {
-		e.log.Info("starting a throwaway PostgreSQL cluster")
-		// synchronous_commit on: an immediate restart must not lose committed
-		// transactions (fsync may stay off: the machine does not crash, only PostgreSQL).
-		if e.Cluster, err = pgcluster.Start(ctx, pgcluster.Options{Logger: e.log,
-			Settings: map[string]string{"max_connections": "150", "synchronous_commit": "on"}}); err != nil {
-			return e, fmt.Errorf("chaos: %w: %w", ErrClusterUnavailable, err)
+		if base, err = e.startClusters(ctx); err != nil {
+			return e, err
 		}
-		base = e.Cluster.URL
 	}
 	u, err := url.Parse(base)
 	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
@@ -272,21 +325,29 @@ func NewEnv(ctx context.Context, cfg EnvConfig) (e *Env, err error) {
 	for i := 0; i < cfg.Workers; i++ {
 		w := &Worker{env: e, Slot: i, Name: fmt.Sprintf("w%d", i+1)}
 		w.AppName = "fenceq-" + e.Token + "-" + w.Name
-		if w.Proxy, err = faultproxy.New(upstream); err != nil {
-			return e, fmt.Errorf("chaos: proxy for %s: %w", w.Name, err)
+		w.Proc = NewProcess(w.Name, filepath.Join(e.LogDir, w.Name+".log"))
+		e.Workers = append(e.Workers, w)
+		if err := e.startProxies(w, upstream); err != nil {
+			return e, err
 		}
 		wu, _ := url.Parse(workerURL)
-		wu.Host = w.Proxy.Addr()
+		hosts := make([]string, len(w.Proxies))
+		for j, p := range w.Proxies {
+			hosts[j] = p.Addr()
+		}
+		wu.Host = strings.Join(hosts, ",")
 		wq := wu.Query()
+		// The harness may reach the server over its Unix socket (host=DIR&port=P in
+		// the query); the workers go through their proxies only.
+		wq.Del("host")
+		wq.Del("port")
 		wq.Set("application_name", w.AppName)
 		if wq.Get("connect_timeout") == "" {
 			wq.Set("connect_timeout", "3")
 		}
 		wu.RawQuery = wq.Encode()
 		w.url = wu.String()
-		w.Proc = NewProcess(w.Name, filepath.Join(e.LogDir, w.Name+".log"))
 		w.MailFile = filepath.Join(e.LogDir, w.Name+".mail.jsonl")
-		e.Workers = append(e.Workers, w)
 	}
 	return e, nil
 }
@@ -362,8 +423,8 @@ func (e *Env) Close(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	for _, w := range e.Workers {
-		if w.Proxy != nil {
-			_ = w.Proxy.Close()
+		for _, p := range w.Proxies {
+			_ = p.Close()
 		}
 	}
 	if e.Pool != nil {
@@ -374,10 +435,19 @@ func (e *Env) Close(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
-	if e.Cluster != nil {
-		if err := e.Cluster.Stop(ctx); err != nil {
-			errs = append(errs, err)
+	if e.replProxy != nil {
+		_ = e.replProxy.Close()
+	}
+	for _, c := range []*pgcluster.Cluster{e.Standby, e.Cluster} {
+		if c != nil {
+			if err := c.Stop(ctx); err != nil {
+				errs = append(errs, err)
+			}
 		}
+	}
+	// Last: the server ran inside the network.
+	if err := e.Net.Close(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
@@ -408,7 +478,11 @@ func (w *Worker) args(id string) (bin string, args []string) {
 func (w *Worker) Start() error {
 	id := fmt.Sprintf("%s-%s-%d", w.env.Token, w.Name, w.Proc.Starts()+1)
 	bin, args := w.args(id)
-	if err := w.Proc.Start(bin, args, w.env.cfg.ProcessEnv); err != nil {
+	var in func(*exec.Cmd) error
+	if w.Host != nil {
+		in = w.Host.Start
+	}
+	if err := w.Proc.StartIn(in, bin, args, w.env.cfg.ProcessEnv); err != nil {
 		return fmt.Errorf("chaos: %w", err)
 	}
 	w.mu.Lock()

@@ -35,11 +35,31 @@ const (
 	// FaultPGRestart restarts PostgreSQL in immediate mode (a crash). Only when the
 	// harness runs its own throwaway cluster.
 	FaultPGRestart FaultType = "pg-restart"
+	// FaultLinkDown brings a worker host's link down for longer than the lease, then up:
+	// the host keeps running and must find its leases revoked. Hosts runs only.
+	FaultLinkDown FaultType = "link-down"
+	// FaultCommitCut cuts a worker host's link the moment the reply to one of its
+	// COMMITs comes back, so the outcome is unknown on that host. Hosts runs only.
+	FaultCommitCut FaultType = "commit-cut"
+	// FaultDBPartition isolates the database host from every worker host for a few
+	// seconds. Hosts runs only.
+	FaultDBPartition FaultType = "db-partition"
+	// FaultFailover kills the primary with COMMITs in flight and promotes the standby.
+	// Failover runs only, once per run.
+	FaultFailover FaultType = "failover"
 )
+
+// hostFaults need the multi-host network of EnvConfig.Hosts.
+var hostFaults = []FaultType{FaultLinkDown, FaultCommitCut, FaultDBPartition}
+
+// untargeted faults act on the database, not on one worker.
+func untargeted(f FaultType) bool {
+	return f == FaultPGRestart || f == FaultDBPartition || f == FaultFailover
+}
 
 // AllFaults lists every fault type in the order reports print them.
 var AllFaults = []FaultType{FaultPause, FaultKill, FaultTerminate, FaultBlackhole, FaultReset,
-	FaultLatency, FaultCommitDrop, FaultPGRestart}
+	FaultLatency, FaultCommitDrop, FaultPGRestart, FaultLinkDown, FaultCommitCut, FaultDBPartition, FaultFailover}
 
 // ParseFaults reads a comma-separated list of fault types; "all" means every one.
 func ParseFaults(s string) ([]FaultType, error) {
@@ -84,7 +104,7 @@ type PlannedFault struct {
 // String describes the fault for logs and the report: its type, when, and its target.
 func (f PlannedFault) String() string {
 	s := fmt.Sprintf("%s at %s", f.Type, f.At.Round(time.Millisecond))
-	if f.Type != FaultPGRestart {
+	if !untargeted(f.Type) {
 		s += fmt.Sprintf(" on w%d", f.Worker+1)
 	}
 	if f.For > 0 {
@@ -144,9 +164,11 @@ func Plan(p PlanParams) ([]PlannedFault, error) {
 		f := PlannedFault{Type: bag[0], At: at, Worker: rng.IntN(p.Workers)}
 		bag = bag[1:]
 		switch f.Type {
-		case FaultPause, FaultBlackhole:
+		case FaultPause, FaultBlackhole, FaultLinkDown, FaultDBPartition:
 			// Past the lease, by up to one more lease: the holder must lose the lease.
 			f.For = p.Lease + p.Lease/2 + time.Duration(rng.Int64N(int64(p.Lease)))
+		case FaultCommitCut:
+			f.For = p.Lease/2 + time.Duration(rng.Int64N(int64(p.Lease/2)))
 		case FaultLatency:
 			f.For = p.Lease + time.Duration(rng.Int64N(int64(p.Lease)))
 			f.Latency = time.Duration(50+rng.IntN(250)) * time.Millisecond
@@ -170,10 +192,16 @@ func Plan(p PlanParams) ([]PlannedFault, error) {
 // target to hold a lease, restarting a process or the server, waiting for a COMMIT.
 func overhead(f FaultType, lease time.Duration) time.Duration {
 	switch f {
-	case FaultPGRestart:
+	case FaultPGRestart, FaultFailover:
 		return 5 * time.Second
 	case FaultKill, FaultCommitDrop:
 		return lease / 2
+	case FaultLinkDown:
+		return 2*lease + time.Second // the wait for the worker to report its lost leases
+	case FaultCommitCut:
+		return lease + 3*time.Second // waiting for a COMMIT, then for its settlement
+	case FaultDBPartition:
+		return lease
 	}
 	return lease / 4
 }
@@ -190,6 +218,9 @@ type FaultRecord struct {
 	// Fired is true when the fault provably happened; Proof says how it is known.
 	Fired bool   `json:"fired"`
 	Proof string `json:"proof"`
+	// Effect says what the fault set off, where the fault checks it (the lost leases a
+	// cut-off worker reported, the commit it settled by looking).
+	Effect string `json:"effect,omitempty"`
 	// Err says why it did not fire.
 	Err string `json:"error,omitempty"`
 }
@@ -216,6 +247,7 @@ type faultRecordJSON struct {
 	Took    Duration `json:"took"`
 	Fired   bool     `json:"fired"`
 	Proof   string   `json:"proof"`
+	Effect  string   `json:"effect,omitempty"`
 	Err     string   `json:"error,omitempty"`
 }
 
@@ -238,7 +270,7 @@ func (f *PlannedFault) UnmarshalJSON(b []byte) error {
 func (r FaultRecord) MarshalJSON() ([]byte, error) {
 	return json.Marshal(faultRecordJSON{
 		plannedJSON: plannedJSON{Type: r.Type, At: Duration(r.At), Worker: r.Worker, For: Duration(r.For), Latency: Duration(r.Latency)},
-		Target:      r.Target, Started: Duration(r.Started), Took: Duration(r.Took), Fired: r.Fired, Proof: r.Proof, Err: r.Err})
+		Target:      r.Target, Started: Duration(r.Started), Took: Duration(r.Took), Fired: r.Fired, Proof: r.Proof, Effect: r.Effect, Err: r.Err})
 }
 
 // UnmarshalJSON reads what MarshalJSON writes (without it, the method promoted from
@@ -249,6 +281,6 @@ func (r *FaultRecord) UnmarshalJSON(b []byte) error {
 		return err
 	}
 	*r = FaultRecord{PlannedFault: v.planned(), Target: v.Target, Started: time.Duration(v.Started),
-		Took: time.Duration(v.Took), Fired: v.Fired, Proof: v.Proof, Err: v.Err}
+		Took: time.Duration(v.Took), Fired: v.Fired, Proof: v.Proof, Effect: v.Effect, Err: v.Err}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/fenceq/fenceq/jobs/builtin"
@@ -69,12 +70,23 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	skipped := map[FaultType]string{}
 	var faults []FaultType
+	failover := false
+	own := cfg.Env.OwnCluster || cfg.Env.Hosts > 0 || cfg.Env.Failover
 	for _, f := range asked {
-		if f == FaultPGRestart && !cfg.Env.OwnCluster {
+		switch {
+		case f == FaultPGRestart && !own:
 			skipped[f] = ErrNoCluster.Error()
-			continue
+		case f == FaultPGRestart && cfg.Env.Failover:
+			skipped[f] = "a restart would bring the killed primary back beside the promoted standby"
+		case slices.Contains(hostFaults, f) && cfg.Env.Hosts == 0:
+			skipped[f] = ErrNoHosts.Error()
+		case f == FaultFailover && !cfg.Env.Failover:
+			skipped[f] = "the harness runs no standby (run with --failover)"
+		case f == FaultFailover:
+			failover = true
+		default:
+			faults = append(faults, f)
 		}
-		faults = append(faults, f)
 	}
 	started := time.Now()
 	env, err := NewEnv(ctx, cfg.Env)
@@ -88,6 +100,15 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			Duration: cfg.Duration, Lease: env.cfg.Lease, Gap: cfg.FaultGap})
 		if err != nil {
 			return nil, fmt.Errorf("chaos: %w", err)
+		}
+		if failover {
+			// Once, half-way: the other faults before and after it.
+			fo := PlannedFault{Type: FaultFailover, At: cfg.Duration / 2}
+			i := 0
+			for i < len(plan) && plan[i].At < fo.At {
+				i++
+			}
+			plan = slices.Insert(plan, i, fo)
 		}
 	}
 	for _, f := range plan {
@@ -109,6 +130,18 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	defer wl.Close()
+	stopProbe := func() {}
+	if env.fo != nil {
+		stop := make(chan struct{})
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			env.runProbe(ctx, wl.pool, time.Now().Add(cfg.Duration), stop)
+		}()
+		var once sync.Once
+		stopProbe = func() { once.Do(func() { close(stop); <-done }) }
+		defer stopProbe()
+	}
 
 	log.Info("running the workload and injecting faults", "duration", cfg.Duration, "faults", len(plan), "seed", cfg.Seed)
 	start := time.Now()
@@ -131,6 +164,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	wl.WaitStorm(sctx)
 	env.waitSettled(sctx)
 	cancel()
+	stopProbe()
 	settled := time.Since(settleStart)
 	if err := env.StopWorkers(15 * time.Second); err != nil {
 		log.Warn("stopping workers", "err", err)

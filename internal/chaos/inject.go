@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/fenceq/fenceq/internal/faultproxy"
 )
 
 // ErrNoCluster means a PostgreSQL restart was asked for but the harness does not run
@@ -40,9 +42,18 @@ func (e *Env) Inject(ctx context.Context, f PlannedFault) (rec FaultRecord) {
 	// A named result, so that this sets Took on the record returned (with an unnamed
 	// one it would set a copy after the return value was taken).
 	defer func() { rec.Took = time.Since(start) }()
-	if f.Type == FaultPGRestart {
+	switch f.Type {
+	case FaultPGRestart:
 		rec.Target = "postgres"
 		proof, err := e.restartPostgres(ctx)
+		return e.settle(rec, proof, err)
+	case FaultDBPartition:
+		rec.Target = "the database host"
+		proof, err := e.dbPartition(ctx, f.For)
+		return e.settle(rec, proof, err)
+	case FaultFailover:
+		rec.Target = "the primary"
+		proof, err := e.failover(ctx)
 		return e.settle(rec, proof, err)
 	}
 	if f.Worker < 0 || f.Worker >= len(e.Workers) {
@@ -55,6 +66,18 @@ func (e *Env) Inject(ctx context.Context, f PlannedFault) (rec FaultRecord) {
 	switch f.Type {
 	case FaultPause, FaultKill, FaultBlackhole, FaultTerminate, FaultReset:
 		held = e.waitHolding(ctx, w, holdWait)
+	case FaultLinkDown:
+		// A job that runs on through the cut lets the worker find its lease revoked
+		// once the link is back: take the worker holding one, this one if it does.
+		if !e.waitHoldingStubborn(ctx, w, holdWait) {
+			for _, o := range e.Workers {
+				if e.waitHoldingStubborn(ctx, o, 0) {
+					w = o
+					break
+				}
+			}
+		}
+		held = e.waitHolding(ctx, w, 0)
 	}
 	rec.Target = fmt.Sprintf("%s (%s, pid %d)", w.Name, w.ID(), w.Proc.Pid())
 	if held >= 0 {
@@ -63,6 +86,10 @@ func (e *Env) Inject(ctx context.Context, f PlannedFault) (rec FaultRecord) {
 	var proof string
 	var err error
 	switch f.Type {
+	case FaultLinkDown:
+		proof, rec.Effect, err = e.linkDown(ctx, w, f.For)
+	case FaultCommitCut:
+		proof, rec.Effect, err = e.commitCut(ctx, w, f.For)
 	case FaultPause:
 		proof, err = e.pause(ctx, w, f.For)
 	case FaultKill:
@@ -72,7 +99,7 @@ func (e *Env) Inject(ctx context.Context, f PlannedFault) (rec FaultRecord) {
 	case FaultBlackhole:
 		proof, err = e.blackhole(ctx, w, f.For)
 	case FaultReset:
-		if n := w.Proxy.ResetAll(); n > 0 {
+		if n := w.resetAll(); n > 0 {
 			proof = fmt.Sprintf("%d connections reset (TCP RST)", n)
 		} else {
 			err = errors.New("the worker had no open connection to reset")
@@ -94,7 +121,7 @@ func (e *Env) settle(rec FaultRecord, proof string, err error) FaultRecord {
 		return rec
 	}
 	rec.Fired, rec.Proof = true, proof
-	e.log.Info("fault fired", "fault", rec.Type, "target", rec.Target, "proof", proof)
+	e.log.Info("fault fired", "fault", rec.Type, "target", rec.Target, "proof", proof, "effect", rec.Effect)
 	return rec
 }
 
@@ -163,25 +190,54 @@ func (e *Env) terminate(ctx context.Context, w *Worker) (string, error) {
 	return fmt.Sprintf("pg_terminate_backend returned true for %d sessions (pids %v)", len(pids), pids), nil
 }
 
+// The proxy faults act on every proxy of the slot: with Failover, the one to the
+// server that is the primary now.
+
+func (w *Worker) resetAll() int {
+	n := 0
+	for _, p := range w.Proxies {
+		n += p.ResetAll()
+	}
+	return n
+}
+
+func (w *Worker) sum(f func(*faultproxy.Proxy) int64) int64 {
+	var n int64
+	for _, p := range w.Proxies {
+		n += f(p)
+	}
+	return n
+}
+
 func (e *Env) blackhole(ctx context.Context, w *Worker, d time.Duration) (string, error) {
-	before := w.Proxy.Dropped()
-	w.Proxy.SetBlackhole(true)
+	dropped := (*faultproxy.Proxy).Dropped
+	before := w.sum(dropped)
+	for _, p := range w.Proxies {
+		p.SetBlackhole(true)
+	}
 	sleepCtx(ctx, d)
-	w.Proxy.SetBlackhole(false)
-	n := w.Proxy.ResetAll() // the partition killed the connections it starved
-	dropped := w.Proxy.Dropped() - before
-	if dropped == 0 {
+	for _, p := range w.Proxies {
+		p.SetBlackhole(false)
+	}
+	n := w.resetAll() // the partition killed the connections it starved
+	swallowed := w.sum(dropped) - before
+	if swallowed == 0 {
 		return "", fmt.Errorf("the proxy swallowed no byte in %s", d)
 	}
-	return fmt.Sprintf("%d bytes swallowed over %s, then %d connections reset", dropped, d.Round(time.Millisecond), n), nil
+	return fmt.Sprintf("%d bytes swallowed over %s, then %d connections reset", swallowed, d.Round(time.Millisecond), n), nil
 }
 
 func (e *Env) latency(ctx context.Context, w *Worker, l, d time.Duration) (string, error) {
-	before := w.Proxy.Delayed()
-	w.Proxy.SetLatency(l)
+	delayed := (*faultproxy.Proxy).Delayed
+	before := w.sum(delayed)
+	for _, p := range w.Proxies {
+		p.SetLatency(l)
+	}
 	sleepCtx(ctx, d)
-	w.Proxy.SetLatency(0)
-	n := w.Proxy.Delayed() - before
+	for _, p := range w.Proxies {
+		p.SetLatency(0)
+	}
+	n := w.sum(delayed) - before
 	if n == 0 {
 		return "", fmt.Errorf("no chunk crossed the proxy in %s", d)
 	}
@@ -189,19 +245,28 @@ func (e *Env) latency(ctx context.Context, w *Worker, l, d time.Duration) (strin
 }
 
 func (e *Env) commitDrop(ctx context.Context, w *Worker) (string, error) {
-	before := len(w.Proxy.CommitDrops())
-	w.Proxy.DropCommitReplies(1)
-	defer w.Proxy.DropCommitReplies(0)
+	before := make([]int, len(w.Proxies))
+	for i, p := range w.Proxies {
+		before[i] = len(p.CommitDrops())
+		p.DropCommitReplies(1)
+	}
+	defer func() {
+		for _, p := range w.Proxies {
+			p.DropCommitReplies(0)
+		}
+	}()
 	armed := time.Now()
 	deadline := armed.Add(commitDropWait)
 	if lim := e.waitLimit(); !lim.IsZero() && lim.Before(deadline) {
 		deadline = lim
 	}
 	for {
-		if drops := w.Proxy.CommitDrops(); len(drops) > before {
-			d := drops[len(drops)-1]
-			return fmt.Sprintf("reply %q (%d bytes) to a COMMIT on connection %d dropped, connection reset",
-				d.Tag, d.Bytes, d.ConnID), nil
+		for i, p := range w.Proxies {
+			if drops := p.CommitDrops(); len(drops) > before[i] {
+				d := drops[len(drops)-1]
+				return fmt.Sprintf("reply %q (%d bytes) to a COMMIT on connection %d dropped, connection reset",
+					d.Tag, d.Bytes, d.ConnID), nil
+			}
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			return "", fmt.Errorf("no COMMIT crossed the proxy in the %s it stayed armed", time.Since(armed).Round(time.Millisecond))
@@ -244,10 +309,18 @@ func (e *Env) restartPostgres(ctx context.Context) (string, error) {
 func (e *Env) Restore() {
 	for _, w := range e.Workers {
 		_ = w.Proc.Resume()
-		w.Proxy.SetBlackhole(false)
-		w.Proxy.SetLatency(0)
-		w.Proxy.DropCommitReplies(0)
-		w.Proxy.SetRefuse(false)
+		for _, p := range w.Proxies {
+			p.SetBlackhole(false)
+			p.SetLatency(0)
+			p.DropCommitReplies(0)
+			p.HoldCommitReplies(0, nil)
+			p.SetRefuse(false)
+		}
+	}
+	if e.Net != nil {
+		for _, h := range e.Net.Hosts {
+			_ = h.SetLink(context.Background(), true)
+		}
 	}
 }
 

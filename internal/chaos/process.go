@@ -65,6 +65,12 @@ func NewProcess(name, logPath string) *Process {
 // process group of its own, its output appended to the slot's log file. The process is
 // killed if the harness dies (PDEATHSIG).
 func (p *Process) Start(binary string, args, env []string) error {
+	return p.StartIn(nil, binary, args, env)
+}
+
+// StartIn is Start with the process started by in (e.g. inside a network namespace)
+// instead of exec.Cmd.Start; nil means exec.Cmd.Start.
+func (p *Process) StartIn(in func(*exec.Cmd) error, binary string, args, env []string) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.cmd != nil && p.done != nil {
@@ -84,7 +90,10 @@ func (p *Process) Start(binary string, args, env []string) error {
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = append(os.Environ(), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	if in == nil {
+		in = (*exec.Cmd).Start
+	}
+	if err := in(cmd); err != nil {
 		_ = logf.Close()
 		return fmt.Errorf("start %s: %w", p.Name, err)
 	}

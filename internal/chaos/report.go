@@ -152,6 +152,13 @@ type Report struct {
 	Unfinished []string `json:"unfinished,omitempty"`
 	Discarded  []string `json:"discarded,omitempty"`
 
+	// Failover is what a failover run proved on the promoted standby.
+	Failover *FailoverReport `json:"failover,omitempty"`
+	// Asserted is false when the run measures rather than asserts (a failover with
+	// asynchronous replication, which is expected to lose acknowledged writes): its
+	// failures are reported, and `fenceq chaos` still exits 0.
+	Asserted bool `json:"asserted"`
+
 	Verify *verify.Report `json:"verify"`
 	// Crashes lists worker processes that exited without being told to.
 	Crashes []string `json:"crashes,omitempty"`
@@ -274,6 +281,13 @@ func collect(ctx context.Context, in collectInput) (*Report, error) {
 	if in.wl != nil {
 		expected = in.wl.JobIDs()
 	}
+	expected = append(expected, e.probeJobIDs()...)
+	r.Asserted = !e.cfg.AsyncReplication
+	if e.fo != nil && in.wl != nil {
+		if r.Failover, err = e.failoverReport(ctx, in.wl); err != nil {
+			return nil, err
+		}
+	}
 	r.Verify, err = verify.Run(ctx, db, verify.Options{ReaperInterval: e.cfg.Reaper, Grace: e.cfg.Lease,
 		ExpectedJobs: expected, RequireFinal: true, RequireAllFinal: true, IgnoreKinds: builtin.RecurringKinds()})
 	if err != nil {
@@ -357,6 +371,7 @@ func (r *Report) judge() {
 		}
 	}
 	r.Failures = append(r.Failures, r.Crashes...)
+	r.Failures = append(r.Failures, r.Failover.failures()...)
 	r.Pass = len(r.Failures) == 0
 }
 
@@ -433,6 +448,12 @@ func (r *Report) WriteText(w io.Writer) error {
 	if !r.Pass {
 		verdict = "FAIL: " + strings.Join(r.Failures, "; ")
 	}
+	if !r.Asserted {
+		verdict = "MEASURED, NOT ASSERTED (asynchronous replication)"
+		if len(r.Failures) > 0 {
+			verdict += ": " + strings.Join(r.Failures, "; ")
+		}
+	}
 	p("chaos run (%s workers, seed %d): %s", r.Mode, r.Seed, verdict)
 	p("")
 	p("run\t%d worker processes, lease %s, faults for %s, settled in %s, %s in all", r.Workers, r.Lease, r.Duration, r.Settle, r.Elapsed)
@@ -496,6 +517,29 @@ func (r *Report) WriteText(w io.Writer) error {
 	for _, c := range r.Crashes {
 		p("crash\t%s", c)
 	}
+	if f := r.Failover; f != nil && !f.Done {
+		p("")
+		p("failover (%s replication)\tdid not happen", f.Replication)
+	}
+	if f := r.Failover; f != nil && f.Done {
+		p("")
+		p("failover (%s replication)\tpromoted in %s; standby %d WAL bytes behind at the kill", f.Replication, f.PromotedIn, f.LagBytes)
+		keys := make([]string, 0, len(f.Acked))
+		for k := range f.Acked {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			p("  acknowledged %s\t%d, %d missing on the promoted standby", k, f.Acked[k], f.Missing[k])
+		}
+		for _, m := range f.MissingExamples {
+			p("  missing\t%s", m)
+		}
+		p("  revoked lease\tjob %d gen %d → %d before the kill, gen %d after; a write under it after the failover: %s",
+			f.StaleJob, f.StaleGen, f.RevokedGen, f.GenAfter, f.StaleWriteSaid)
+		p("  in flight at the kill\t%s", f.InFlight)
+		p("  settled by looking\t%d (%s), %d writes repeated", len(f.Reconciled), strings.Join(f.Reconciled, ", "), f.RepeatedWrites)
+	}
 	return tw.Flush()
 }
 
@@ -507,6 +551,9 @@ func (r *Report) WriteFaultLog(w io.Writer) error {
 		what := f.Proof
 		if !f.Fired {
 			what = f.Err
+		}
+		if f.Effect != "" {
+			what += "; " + f.Effect
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%s\n", f.Started.Round(time.Millisecond), f.Type, f.Target, f.Fired, what)
 	}

@@ -54,6 +54,61 @@ WHERE state NOT IN ('completed', 'discarded', 'cancelled') AND NOT (kind = ANY($
 // sqlHeldLeases counts the running jobs a worker holds.
 const sqlHeldLeases = `SELECT count(*) FROM fenceq_jobs WHERE state = 'running' AND leased_by = $1`
 
+// sqlHeldLeaseList lists the (job, generation) leases a worker holds.
+const sqlHeldLeaseList = `SELECT id, lease_gen FROM fenceq_jobs WHERE state = 'running' AND leased_by = $1`
+
+// sqlHeldStubborn counts the sleep jobs ignoring cancellation that a worker holds.
+const sqlHeldStubborn = `
+SELECT count(*) FROM fenceq_jobs
+WHERE state = 'running' AND leased_by = $1 AND kind = 'sleep' AND (args->>'ignore_cancel')::boolean`
+
+// sqlWorkerLeaseEvents lists the lease events a worker recorded for leases ($2 jobs,
+// $3 generations) other than revocations: what the holder itself found out.
+const sqlWorkerLeaseEvents = `
+SELECT e.kind, e.job_id, e.lease_gen FROM fenceq_lease_events e
+JOIN unnest($2::bigint[], $3::bigint[]) AS l(id, gen) ON l.id = e.job_id AND l.gen = e.lease_gen
+WHERE e.worker_id = $1 AND e.kind <> 'revoked'
+ORDER BY e.id`
+
+// Failover checks, on the promoted standby. Each returns the ids of $1 that are missing.
+
+const sqlMissingJobs = `
+SELECT id FROM unnest($1::bigint[], $2::text[]) AS a(id, tag)
+WHERE NOT EXISTS (SELECT 1 FROM fenceq_jobs j WHERE j.id = a.id AND j.metadata->>'chaos_ack' = a.tag)`
+
+const sqlMissingCompleted = `
+SELECT id FROM unnest($1::bigint[], $2::text[]) AS a(id, tag)
+WHERE NOT EXISTS (SELECT 1 FROM fenceq_jobs j
+                  WHERE j.id = a.id AND j.metadata->>'chaos_ack' = a.tag AND j.state = 'completed')`
+
+// sqlMissingInvoiceIDs: $1 invoice ids, $2 and $3 the job and lease generation that
+// wrote each.
+const sqlMissingInvoiceIDs = `
+SELECT id FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS a(id, job, gen)
+WHERE NOT EXISTS (SELECT 1 FROM invoices i WHERE i.id = a.id AND i.job_id = a.job AND i.lease_gen = a.gen)`
+
+const sqlMissingOrderIDs = `
+SELECT id FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS a(id, job, gen)
+WHERE NOT EXISTS (SELECT 1 FROM orders o WHERE o.id = a.id AND o.job_id = a.job AND o.lease_gen = a.gen)`
+
+// sqlMissingDelivered: $1 outbox ids, $2 their dedupe keys.
+const sqlMissingDelivered = `
+SELECT id FROM unnest($1::bigint[], $2::text[]) AS a(id, key)
+WHERE NOT EXISTS (SELECT 1 FROM fenceq_outbox o WHERE o.id = a.id AND o.dedupe_key = a.key AND o.state = 'delivered')`
+
+// sqlRepeatedWrites counts the stale writes rejected under the generation a job was
+// completed with: a holder writing again after its own commit had landed.
+const sqlRepeatedWrites = `
+SELECT count(*) FROM fenceq_lease_events e JOIN fenceq_jobs j ON j.id = e.job_id AND j.lease_gen = e.lease_gen
+WHERE e.job_id = $1 AND e.kind = 'stale_write_rejected'`
+
+// sqlReplicaLag is how many bytes of WAL the standby has not replayed, on the primary.
+const sqlReplicaLag = `
+SELECT COALESCE((SELECT pg_current_wal_lsn() - replay_lsn FROM pg_stat_replication LIMIT 1), 0)::bigint`
+
+// sqlWorkerBeatSince counts a worker's fenceq_workers row if it heartbeated after $2.
+const sqlWorkerBeatSince = `SELECT count(*) FROM fenceq_workers WHERE id = $1 AND heartbeat_at > $2`
+
 const sqlPendingOutbox = `SELECT count(*) FROM fenceq_outbox WHERE state = 'pending'`
 
 const sqlWorkerRegistered = `SELECT count(*) FROM fenceq_workers WHERE id = $1`

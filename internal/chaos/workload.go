@@ -38,6 +38,11 @@ type WorkloadConfig struct {
 	// SleepJobs per wave, each sleeping SleepFor. Defaults to 3 and 1.5×lease.
 	SleepJobs int
 	SleepFor  time.Duration
+	// StubbornJobs per wave sleep StubbornFor ignoring cancellation: jobs that run on
+	// through a cut link, so that their worker finds the lease revoked once the link is
+	// back. Defaults to 2 in a Hosts run (0 otherwise) and 4×lease.
+	StubbornJobs int
+	StubbornFor  time.Duration
 	// OrderKeys is how many idempotency keys each wave's storm uses. Defaults to 8.
 	OrderKeys int
 	// OrderClients is how many clients send each key, each retrying every OrderRetry
@@ -54,7 +59,7 @@ type WorkloadConfig struct {
 	Seed int64
 }
 
-func (c *WorkloadConfig) withDefaults(lease time.Duration) error {
+func (c *WorkloadConfig) withDefaults(lease time.Duration, hosts bool) error {
 	def := func(d *time.Duration, v time.Duration) {
 		if *d == 0 {
 			*d = v
@@ -67,6 +72,10 @@ func (c *WorkloadConfig) withDefaults(lease time.Duration) error {
 	}
 	def(&c.WaveEvery, 10*time.Second)
 	def(&c.SleepFor, lease+lease/2)
+	def(&c.StubbornFor, 4*lease)
+	if hosts && c.StubbornJobs == 0 {
+		c.StubbornJobs = 2
+	}
 	def(&c.OrderRetry, 300*time.Millisecond)
 	def(&c.OrderDelay, 600*time.Millisecond)
 	defInt(&c.Customers, 20)
@@ -82,7 +91,7 @@ func (c *WorkloadConfig) withDefaults(lease time.Duration) error {
 		return fmt.Errorf("chaos: workload: %w", err)
 	}
 	for name, n := range map[string]int{"Customers": c.Customers, "BillingRuns": c.BillingRuns, "SleepJobs": c.SleepJobs,
-		"OrderKeys": c.OrderKeys, "OrderClients": c.OrderClients, "OrderJobs": c.OrderJobs} {
+		"OrderKeys": c.OrderKeys, "OrderClients": c.OrderClients, "OrderJobs": c.OrderJobs, "StubbornJobs": c.StubbornJobs} {
 		if n < 0 {
 			return fmt.Errorf("chaos: workload: %s %d must not be negative", name, n)
 		}
@@ -132,7 +141,10 @@ type Workload struct {
 	mu     sync.Mutex
 	stats  WorkloadStats
 	keys   []string
+	acked  []string // keys the API answered 201 for
 	jobIDs []int64
+	jobs   []ackedJob // jobIDs with their tags
+	tags   atomic.Int64
 
 	storms                                                                                sync.WaitGroup
 	stormCtx                                                                              context.Context
@@ -143,7 +155,7 @@ type Workload struct {
 // StartWorkload serves the orders API in this process (the real one, or the naive one
 // for a naive run) and returns a workload ready to issue waves.
 func StartWorkload(ctx context.Context, env *Env, cfg WorkloadConfig) (*Workload, error) {
-	if err := cfg.withDefaults(env.cfg.Lease); err != nil {
+	if err := cfg.withDefaults(env.cfg.Lease, env.cfg.Hosts > 0); err != nil {
 		return nil, err
 	}
 	pcfg, err := pgxpool.ParseConfig(env.URL)
@@ -275,6 +287,15 @@ func (wl *Workload) Wave(ctx context.Context, i int) error {
 		wl.stats.SleepJobs++
 		wl.mu.Unlock()
 	}
+	for j := 0; j < c.StubbornJobs; j++ {
+		args := diag.SleepArgs{Duration: diag.Duration(c.StubbornFor), IgnoreCancel: true}
+		if err := wl.enqueue(ctx, "sleep job ignoring cancellation", args, nil); err != nil {
+			return err
+		}
+		wl.mu.Lock()
+		wl.stats.SleepJobs++
+		wl.mu.Unlock()
+	}
 	for k := 0; k < c.OrderKeys; k++ {
 		key := fmt.Sprintf("%s-order-%d-%d", wl.env.Token, i, k)
 		req := wl.request(i, k)
@@ -303,15 +324,31 @@ func (wl *Workload) Wave(ctx context.Context, i int) error {
 
 func (wl *Workload) enqueue(ctx context.Context, what string, args fenceq.JobArgs, opts *fenceq.InsertOpts) error {
 	return wl.retry(ctx, "enqueue "+what, func() error {
-		res, err := fenceq.Enqueue(ctx, wl.pool, args, opts)
+		// Each acknowledged enqueue is tagged: a failover run checks it is still there
+		// by more than its id.
+		o := fenceq.InsertOpts{}
+		if opts != nil {
+			o = *opts
+		}
+		tag := fmt.Sprintf("%s-job-%d", wl.env.Token, wl.tags.Add(1))
+		o.Metadata = map[string]any{ackTag: tag}
+		res, err := fenceq.Enqueue(ctx, wl.pool, args, &o)
 		if err != nil {
 			return err
 		}
 		wl.mu.Lock()
 		wl.jobIDs = append(wl.jobIDs, res.Job.ID)
+		wl.jobs = append(wl.jobs, ackedJob{res.Job.ID, tag})
 		wl.mu.Unlock()
 		return nil
 	})
+}
+
+// AckedJobs returns the jobs the workload enqueued one by one, with their tags.
+func (wl *Workload) AckedJobs() []ackedJob {
+	wl.mu.Lock()
+	defer wl.mu.Unlock()
+	return append([]ackedJob(nil), wl.jobs...)
 }
 
 // request is the order of key k of wave i, the same for every client and job.
@@ -359,6 +396,20 @@ func (wl *Workload) storm(key string, req order.Request) {
 	}()
 }
 
+func (wl *Workload) ackKey(key string) {
+	wl.mu.Lock()
+	wl.acked = append(wl.acked, key)
+	wl.mu.Unlock()
+}
+
+// AckedKeys returns the idempotency keys the orders API answered 201 for: orders whose
+// placement was acknowledged.
+func (wl *Workload) AckedKeys() []string {
+	wl.mu.Lock()
+	defer wl.mu.Unlock()
+	return append([]string(nil), wl.acked...)
+}
+
 // post sends one request and reports whether the client is done with its key.
 func (wl *Workload) post(key string, body []byte) bool {
 	wl.requests.Add(1)
@@ -378,9 +429,11 @@ func (wl *Workload) post(key string, body []byte) bool {
 	case resp.StatusCode == http.StatusCreated && resp.Header.Get(order.HeaderReplayed) == "true",
 		resp.StatusCode == http.StatusOK:
 		wl.replayed.Add(1)
+		wl.ackKey(key)
 		return true
 	case resp.StatusCode == http.StatusCreated:
 		wl.created.Add(1)
+		wl.ackKey(key)
 		return true
 	case resp.StatusCode == http.StatusConflict:
 		wl.inflight.Add(1)

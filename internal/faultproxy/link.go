@@ -23,8 +23,12 @@ type link struct {
 	parseOff atomic.Bool
 	// sslPending: the client asked for TLS/GSS; the server answers with one raw byte.
 	sslPending atomic.Bool
-	// dropReply: a COMMIT was forwarded whose reply must be dropped.
+	// dropReply: a COMMIT was forwarded whose reply must be dropped; holdReply: and
+	// the connection then held silent instead of reset.
 	dropReply atomic.Bool
+	holdReply atomic.Bool
+	// silent: every byte in both directions is swallowed from now on (a held reply).
+	silent atomic.Bool
 
 	mu      sync.Mutex
 	appName string
@@ -93,6 +97,9 @@ func (l *link) pipe(dst, src net.Conn, fromClient bool) {
 // forward handles one chunk read from one side and reports whether to keep piping.
 func (l *link) forward(dst net.Conn, chunk []byte, fromClient bool) bool {
 	p := l.p
+	if l.silent.Load() {
+		return true
+	}
 	if p.blackhole.Load() {
 		p.dropped.Add(int64(len(chunk)))
 		l.parseOff.Store(true) // the stream lost bytes: its framing is unknown from here
@@ -128,7 +135,10 @@ func (l *link) scanClient(chunk []byte) {
 			}
 		case !m.startup && m.typ == 'Q' && !m.truncated && isCommit(m.body):
 			l.p.commits.Add(1)
-			if l.p.takeCommitArm() {
+			if takeArm(&l.p.holdArms) {
+				l.holdReply.Store(true)
+				l.dropReply.Store(true)
+			} else if takeArm(&l.p.commitArms) {
 				l.dropReply.Store(true)
 			}
 		}
@@ -184,18 +194,29 @@ func (l *link) dropServerReply(chunk []byte) bool {
 	if !done {
 		return true
 	}
-	l.p.recordDrop(CommitDrop{ConnID: l.id, AppName: l.info().AppName, Tag: l.dropTag, Bytes: l.dropBytes, At: time.Now()})
+	d := CommitDrop{ConnID: l.id, AppName: l.info().AppName, Tag: l.dropTag, Bytes: l.dropBytes, At: time.Now()}
+	if l.holdReply.Load() {
+		l.silent.Store(true)
+		l.dropReply.Store(false)
+		l.p.recordDrop(d)
+		if fn := l.p.onHold.Load(); fn != nil && *fn != nil {
+			(*fn)(d)
+		}
+		return true
+	}
+	l.p.recordDrop(d)
 	l.reset()
 	return false
 }
 
-func (p *Proxy) takeCommitArm() bool {
+// takeArm takes one of the armed faults counted by arms, if any is left.
+func takeArm(arms *atomic.Int64) bool {
 	for {
-		n := p.commitArms.Load()
+		n := arms.Load()
 		if n <= 0 {
 			return false
 		}
-		if p.commitArms.CompareAndSwap(n, n-1) {
+		if arms.CompareAndSwap(n, n-1) {
 			return true
 		}
 	}

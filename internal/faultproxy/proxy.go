@@ -11,6 +11,7 @@
 package faultproxy
 
 import (
+	"context"
 	"net"
 	"slices"
 	"sync"
@@ -22,6 +23,9 @@ import (
 type Proxy struct {
 	upstream string
 	ln       net.Listener
+	dial     func(ctx context.Context, addr string) (net.Conn, error)
+	dialErrs atomic.Int64
+	refused  atomic.Int64
 
 	blackhole atomic.Bool
 	refuse    atomic.Bool
@@ -32,8 +36,11 @@ type Proxy struct {
 	resets  atomic.Int64
 	// commitArms is how many upcoming COMMITs get their reply dropped.
 	commitArms atomic.Int64
-	commits    atomic.Int64
-	nextID     atomic.Int64
+	// holdArms is how many upcoming COMMITs get their reply held (see HoldCommitReplies).
+	holdArms atomic.Int64
+	onHold   atomic.Pointer[func(CommitDrop)]
+	commits  atomic.Int64
+	nextID   atomic.Int64
 
 	mu      sync.Mutex
 	links   map[*link]struct{}
@@ -68,15 +75,49 @@ type CommitDrop struct {
 
 // New listens on 127.0.0.1:0 and forwards to upstream (host:port).
 func New(upstream string) (*Proxy, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
+	return NewWithConfig(Config{Upstream: upstream})
+}
+
+// Config describes a proxy whose sockets are made by the caller, e.g. inside a network
+// namespace.
+type Config struct {
+	// Upstream is the server's host:port.
+	Upstream string
+	// Listener accepts the clients. Defaults to a new listener on 127.0.0.1:0.
+	Listener net.Listener
+	// Dial connects to Upstream for each client. Defaults to a TCP dial with a 5s
+	// timeout.
+	Dial func(ctx context.Context, addr string) (net.Conn, error)
+}
+
+// NewWithConfig starts a proxy as cfg describes; it owns cfg.Listener from then on.
+func NewWithConfig(cfg Config) (*Proxy, error) {
+	ln := cfg.Listener
+	if ln == nil {
+		var err error
+		if ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			return nil, err
+		}
 	}
-	p := &Proxy{upstream: upstream, ln: ln, links: map[*link]struct{}{}}
+	dial := cfg.Dial
+	if dial == nil {
+		dial = func(ctx context.Context, addr string) (net.Conn, error) {
+			d := net.Dialer{Timeout: 5 * time.Second}
+			return d.DialContext(ctx, "tcp", addr)
+		}
+	}
+	p := &Proxy{upstream: cfg.Upstream, ln: ln, dial: dial, links: map[*link]struct{}{}}
 	p.wg.Add(1)
 	go p.accept()
 	return p, nil
 }
+
+// Refused returns how many connections were closed at once because of SetRefuse.
+func (p *Proxy) Refused() int64 { return p.refused.Load() }
+
+// DialErrors returns how many client connections were closed because the upstream
+// could not be reached: proof that a partition kept connections from being made.
+func (p *Proxy) DialErrors() int64 { return p.dialErrs.Load() }
 
 // Addr is the proxy's listening address.
 func (p *Proxy) Addr() string { return p.ln.Addr().String() }
@@ -121,6 +162,21 @@ func (p *Proxy) DropCommitReplies(n int) {
 		n = 0
 	}
 	p.commitArms.Store(int64(n))
+}
+
+// HoldCommitReplies arms the proxy to swallow the reply to each of the next n
+// COMMITs, like DropCommitReplies, but to leave the connection open and silent instead
+// of resetting it: the client waits for an answer that never comes, as across a cut
+// link or from a server that died after committing. onDrop, if not nil, runs as soon
+// as a reply has been swallowed (before anything else crosses that connection), e.g.
+// to cut the link or kill the server; it must not block long. The held connection ends
+// when its server side closes, or with ResetConn. n <= 0 disarms.
+func (p *Proxy) HoldCommitReplies(n int, onDrop func(CommitDrop)) {
+	if n < 0 {
+		n = 0
+	}
+	p.onHold.Store(&onDrop)
+	p.holdArms.Store(int64(n))
 }
 
 // PendingCommitDrops returns how many armed drops have not fired yet.
@@ -202,11 +258,13 @@ func (p *Proxy) accept() {
 			return
 		}
 		if p.refuse.Load() {
+			p.refused.Add(1)
 			_ = c.Close()
 			continue
 		}
-		up, err := net.DialTimeout("tcp", p.upstream, 5*time.Second)
+		up, err := p.dial(context.Background(), p.upstream)
 		if err != nil {
+			p.dialErrs.Add(1)
 			_ = c.Close()
 			continue
 		}

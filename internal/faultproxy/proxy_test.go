@@ -151,6 +151,71 @@ func TestProxy(t *testing.T) {
 		}
 	})
 
+	t.Run("HoldCommitReplyLeavesClientWaiting", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, "fp-hold")
+		c := b.connect(t)
+		held := make(chan CommitDrop, 1)
+		b.proxy.HoldCommitReplies(1, func(d CommitDrop) { held <- d })
+		tx, err := c.Begin(b.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(b.ctx, `INSERT INTO t VALUES (1)`); err != nil {
+			t.Fatal(err)
+		}
+		const wait = 300 * time.Millisecond
+		cctx, cancel := context.WithTimeout(b.ctx, wait)
+		defer cancel()
+		start := time.Now()
+		err = tx.Commit(cctx)
+		if err == nil {
+			t.Fatal("commit succeeded although its reply was held")
+		}
+		// No reset: the client waited for its own deadline, as across a cut link.
+		if took := time.Since(start); took < wait {
+			t.Fatalf("commit failed after %s (%v), before its %s deadline: the connection was not held", took, err, wait)
+		}
+		select {
+		case d := <-held:
+			if d.Tag != "COMMIT" || d.AppName != "fp-hold" {
+				t.Fatalf("held %+v; want the COMMIT reply of fp-hold", d)
+			}
+		default:
+			t.Fatal("the hold callback did not run")
+		}
+		if n := b.rows(t); n != 1 {
+			t.Fatalf("rows after a held COMMIT reply = %d, want 1 (it landed)", n)
+		}
+		if b.proxy.Resets() != 0 || len(b.proxy.CommitDrops()) != 1 {
+			t.Fatalf("resets %d, drops %d; want 0 and 1", b.proxy.Resets(), len(b.proxy.CommitDrops()))
+		}
+	})
+
+	t.Run("CountsUnreachableUpstream", func(t *testing.T) {
+		t.Parallel()
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		dead := ln.Addr().String()
+		_ = ln.Close() // nothing listens there any more
+		p, err := NewWithConfig(Config{Upstream: dead})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if c, err := pgx.Connect(ctx, "postgres://x@"+p.Addr()+"/x?sslmode=disable&connect_timeout=2"); err == nil {
+			_ = c.Close(ctx)
+			t.Fatal("connected through a proxy whose upstream is down")
+		}
+		if p.DialErrors() != 1 {
+			t.Fatalf("DialErrors() = %d, want 1", p.DialErrors())
+		}
+	})
+
 	t.Run("Latency", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, "fp-latency")

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/user"
@@ -42,6 +43,15 @@ type Options struct {
 	Settings map[string]string
 	// StartTimeout bounds initdb and each start. Defaults to 60s.
 	StartTimeout time.Duration
+	// ListenAddress is the one address the server listens on. Defaults to 127.0.0.1.
+	ListenAddress string
+	// TrustNetworks are CIDR ranges whose clients pg_hba.conf trusts besides loopback
+	// (e.g. the private network a server on ListenAddress serves).
+	TrustNetworks []string
+	// RunIn starts each command of the cluster (initdb, pg_ctl, pg_basebackup) in
+	// place of cmd.Start, e.g. inside a network namespace so that the server listens
+	// there. Defaults to cmd.Start.
+	RunIn func(cmd *exec.Cmd) error
 	// Logger receives progress lines. Defaults to a logger that discards.
 	Logger *slog.Logger
 	// DirPrefix starts the name of the temporary directory. Defaults to "fenceq-pg-".
@@ -58,8 +68,13 @@ const OwnerFile = "owner.pid"
 
 // Cluster is a running throwaway cluster.
 type Cluster struct {
-	// URL connects to the postgres database as the postgres superuser.
+	// URL connects to the postgres database as the postgres superuser over TCP.
 	URL string
+	// SocketURL connects to the same database over the server's Unix socket in Dir:
+	// it works from any network namespace of the machine.
+	SocketURL string
+	// Host is the address the server listens on.
+	Host string
 	// Port is the TCP port on 127.0.0.1.
 	Port int
 	// Dir is the temporary directory holding the data directory, socket and log.
@@ -120,6 +135,9 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	if opts.ListenAddress == "" {
+		opts.ListenAddress = "127.0.0.1"
+	}
 	if opts.BinDir == "" {
 		if opts.BinDir, err = FindBinDir(); err != nil {
 			return nil, err
@@ -127,13 +145,70 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	} else if !hasBinaries(opts.BinDir) {
 		return nil, fmt.Errorf("%w in %s", ErrNoBinaries, opts.BinDir)
 	}
-	c = &Cluster{BinDir: opts.BinDir, opts: opts}
-	if os.Geteuid() == 0 {
-		if opts.User == "" {
-			opts.User = "nobody"
+	if c, err = newCluster(opts); err != nil {
+		return nil, err
+	}
+	dir := c.Dir // c is nil once an error is returned
+	defer func() {
+		if err != nil {
+			_ = os.RemoveAll(dir)
 		}
-		if c.cred, err = credentialOf(opts.User); err != nil {
-			return nil, fmt.Errorf("start PostgreSQL cluster: run as %s: %w", opts.User, err)
+	}()
+
+	ictx, cancel := context.WithTimeout(ctx, opts.StartTimeout)
+	defer cancel()
+	opts.Logger.Info("creating a throwaway PostgreSQL cluster", "dir", c.Dir, "bin", c.BinDir, "user", c.opts.User)
+	if out, err := c.run(ictx, "initdb", "-D", c.dataDir, "-U", "postgres", "-A", "trust",
+		"-E", "UTF8", "--locale=C", "--no-sync"); err != nil {
+		return nil, fmt.Errorf("initdb: %w: %s", err, lastLines(out, 3))
+	}
+	if err := c.trustNetworks(); err != nil {
+		return nil, err
+	}
+	if err := c.startOnFreePort(ctx); err != nil {
+		return nil, err
+	}
+	opts.Logger.Info("throwaway PostgreSQL cluster started", "port", c.Port)
+	return c, nil
+}
+
+// trustNetworks adds Options.TrustNetworks to pg_hba.conf.
+func (c *Cluster) trustNetworks() error {
+	if len(c.opts.TrustNetworks) == 0 {
+		return nil
+	}
+	var b strings.Builder
+	for _, n := range c.opts.TrustNetworks {
+		if _, _, err := net.ParseCIDR(n); err != nil {
+			return fmt.Errorf("start PostgreSQL cluster: Options.TrustNetworks: %w", err)
+		}
+		fmt.Fprintf(&b, "host all all %s trust\nhost replication all %s trust\n", n, n)
+	}
+	f, err := os.OpenFile(filepath.Join(c.dataDir, "pg_hba.conf"), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return fmt.Errorf("start PostgreSQL cluster: %w", err)
+	}
+	_, err = f.WriteString(b.String())
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("start PostgreSQL cluster: pg_hba.conf: %w", err)
+	}
+	return nil
+}
+
+// newCluster makes the cluster's temporary directory, owned by the user the server
+// runs as.
+func newCluster(opts Options) (*Cluster, error) {
+	c := &Cluster{BinDir: opts.BinDir, Host: opts.ListenAddress, opts: opts}
+	if os.Geteuid() == 0 {
+		if c.opts.User == "" {
+			c.opts.User = "nobody"
+		}
+		var err error
+		if c.cred, err = credentialOf(c.opts.User); err != nil {
+			return nil, fmt.Errorf("start PostgreSQL cluster: run as %s: %w", c.opts.User, err)
 		}
 	}
 	base := opts.BaseDir
@@ -147,17 +222,13 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if prefix == "" {
 		prefix = "fenceq-pg-"
 	}
+	var err error
 	if c.Dir, err = os.MkdirTemp(base, prefix); err != nil {
 		return nil, fmt.Errorf("start PostgreSQL cluster: %w", err)
 	}
-	dir := c.Dir // a failed Start returns a nil c
-	defer func() {
-		if err != nil {
-			_ = os.RemoveAll(dir)
-		}
-	}()
 	if opts.OwnerPID > 0 {
 		if err := os.WriteFile(filepath.Join(c.Dir, OwnerFile), []byte(strconv.Itoa(opts.OwnerPID)+"\n"), 0o644); err != nil {
+			_ = os.RemoveAll(c.Dir)
 			return nil, fmt.Errorf("start PostgreSQL cluster: record its owner: %w", err)
 		}
 	}
@@ -165,39 +236,39 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	c.logFile = filepath.Join(c.Dir, "postgres.log")
 	if c.cred != nil {
 		if err := os.Chown(c.Dir, int(c.cred.Uid), int(c.cred.Gid)); err != nil {
-			return nil, fmt.Errorf("start PostgreSQL cluster: hand %s to %s: %w", c.Dir, opts.User, err)
+			_ = os.RemoveAll(c.Dir)
+			return nil, fmt.Errorf("start PostgreSQL cluster: hand %s to %s: %w", c.Dir, c.opts.User, err)
 		}
 	}
+	return c, nil
+}
 
-	ictx, cancel := context.WithTimeout(ctx, opts.StartTimeout)
-	defer cancel()
-	opts.Logger.Info("creating a throwaway PostgreSQL cluster", "dir", c.Dir, "bin", c.BinDir, "user", opts.User)
-	if out, err := c.run(ictx, "initdb", "-D", c.dataDir, "-U", "postgres", "-A", "trust",
-		"-E", "UTF8", "--locale=C", "--no-sync"); err != nil {
-		return nil, fmt.Errorf("initdb: %w: %s", err, lastLines(out, 3))
-	}
+// startOnFreePort starts the server on a free port, trying another one if the port
+// was taken in the meantime, and sets the URLs.
+func (c *Cluster) startOnFreePort(ctx context.Context) error {
 	for try := 0; ; try++ {
+		var err error
 		if c.Port, err = freePort(); err != nil {
-			return nil, fmt.Errorf("start PostgreSQL cluster: find a free port: %w", err)
+			return fmt.Errorf("start PostgreSQL cluster: find a free port: %w", err)
 		}
 		err = c.startServer(ctx)
 		if err == nil {
 			break
 		}
 		if try == 2 || !strings.Contains(c.readLog(), "could not bind") {
-			return nil, err
+			return err
 		}
 	}
-	c.URL = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", c.Port)
-	opts.Logger.Info("throwaway PostgreSQL cluster started", "port", c.Port)
-	return c, nil
+	c.URL = fmt.Sprintf("postgres://postgres@%s/postgres?sslmode=disable", net.JoinHostPort(c.Host, strconv.Itoa(c.Port)))
+	c.SocketURL = fmt.Sprintf("postgres://postgres@/postgres?host=%s&port=%d&sslmode=disable", url.QueryEscape(c.Dir), c.Port)
+	return nil
 }
 
 func (c *Cluster) startServer(ctx context.Context) error {
 	sctx, cancel := context.WithTimeout(ctx, c.opts.StartTimeout)
 	defer cancel()
 	settings := map[string]string{
-		"listen_addresses": "127.0.0.1", "port": strconv.Itoa(c.Port),
+		"listen_addresses": c.Host, "port": strconv.Itoa(c.Port),
 		"unix_socket_directories": c.Dir, "fsync": "off", "synchronous_commit": "off",
 		"full_page_writes": "off", "max_connections": "200",
 	}
@@ -218,6 +289,28 @@ func (c *Cluster) startServer(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("pg_ctl start: %w: %s %s", err, lastLines(out, 2), lastLines([]byte(c.readLog()), 3))
 	}
+	return nil
+}
+
+// Kill stops the server in immediate mode, as a crash would (no checkpoint, clients cut
+// off), and leaves it stopped; Stop still removes its directory.
+// If pg_ctl does not report the server stopped within 10s, the postmaster is killed
+// outright (SIGQUIT, then SIGKILL).
+func (c *Cluster) Kill(ctx context.Context) error {
+	kctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	err := c.stopServer(kctx, "immediate")
+	if err == nil {
+		return nil
+	}
+	if kerr := c.killPostmaster(); kerr != nil {
+		return errors.Join(err, kerr)
+	}
+	if _, serr := os.Stat(filepath.Join(c.dataDir, "postmaster.pid")); serr == nil {
+		// The pid file stays behind a killed postmaster; it no longer runs.
+		_ = os.Remove(filepath.Join(c.dataDir, "postmaster.pid"))
+	}
+	c.opts.Logger.Warn("pg_ctl stop -m immediate did not finish; postmaster killed", "err", err)
 	return nil
 }
 
@@ -364,7 +457,14 @@ func (c *Cluster) run(ctx context.Context, bin string, args ...string) ([]byte, 
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: c.cred}
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
+	start := cmd.Start
+	if c.opts.RunIn != nil {
+		start = func() error { return c.opts.RunIn(cmd) }
+	}
+	if err := start(); err != nil {
+		return nil, err
+	}
+	err := cmd.Wait()
 	return out.Bytes(), err
 }
 

@@ -1,5 +1,6 @@
 // Package diag holds two diagnostic job kinds for operators: noop, which completes at
-// once, and sleep, which holds its lease for a while (respecting cancellation). They
+// once, and sleep, which holds its lease for a while (respecting cancellation unless
+// its args say otherwise). They
 // prove a deployment works end to end (`fenceq enqueue noop`) and let an operator watch
 // heartbeats, leases and shutdowns (`fenceq enqueue sleep --args '{"duration":"30s"}'`).
 package diag
@@ -32,6 +33,11 @@ func (NoopArgs) Kind() string { return NoopKind }
 type SleepArgs struct {
 	// Duration is how long the job sleeps, in Go duration syntax ("5s", "1m30s").
 	Duration Duration `json:"duration"`
+	// IgnoreCancel makes the job sleep its whole duration whatever happens to its
+	// context, then report success: a handler stuck in a call that takes no context.
+	// Its lease may be revoked meanwhile (its worker cut off from the database); its
+	// late completion is then rejected by the fence. Default false.
+	IgnoreCancel bool `json:"ignore_cancel,omitempty"`
 }
 
 // Kind implements fenceq.JobArgs.
@@ -76,6 +82,10 @@ func Register(hs *fenceq.Handlers) {
 		d := time.Duration(job.Args.Duration)
 		if d < 0 || d > MaxSleep {
 			return fenceq.JobDiscard(fmt.Errorf("sleep duration %s must be between 0 and %s", d, MaxSleep))
+		}
+		if job.Args.IgnoreCancel {
+			time.Sleep(d)
+			return nil
 		}
 		t := time.NewTimer(d)
 		defer t.Stop()

@@ -73,3 +73,70 @@ func TestSleepAndNoop(t *testing.T) {
 		t.Fatalf("interrupted sleep job is %s, want available (lease released)", j.State)
 	}
 }
+
+// TestSleepIgnoringCancel revokes the lease of a sleep job that ignores cancellation
+// while it sleeps: the handler sleeps on and reports success, and the fence rejects its
+// late completion; the job runs again and completes under a new lease.
+func TestSleepIgnoringCancel(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	db := fenceqtest.New(t, nil)
+	hs := fenceq.NewHandlers()
+	diag.Register(hs)
+	w, err := fenceq.NewWorker(db.Pool, fenceq.Config{Handlers: hs, PollInterval: 50 * time.Millisecond,
+		LeaseDuration: 2 * time.Second, HeartbeatInterval: 200 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := fenceq.Enqueue(ctx, db.Pool, diag.SleepArgs{Duration: diag.Duration(time.Second), IgnoreCancel: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := res.Job.ID
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = w.Stop(context.Background()) }()
+	waitFor := func(what string, cond func(j *queue.JobRow) bool) *queue.JobRow {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			j, err := queue.GetJob(ctx, db.Pool, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cond(j) {
+				return j
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("job %d: %s: still %s, attempt %d", id, what, j.State, j.Attempt)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	first := waitFor("claimed", func(j *queue.JobRow) bool { return j.State == queue.StateRunning })
+	// Revoked while its handler sleeps: the heartbeat cancels its context, which it
+	// ignores.
+	if _, err := queue.RequeueJob(ctx, db.Pool, id); err != nil {
+		t.Fatal(err)
+	}
+	done := waitFor("completed", func(j *queue.JobRow) bool { return j.State == queue.StateCompleted })
+	if done.Attempt < 2 {
+		t.Fatalf("completed on attempt %d; the revoked first attempt's completion must have been rejected", done.Attempt)
+	}
+	events, err := queue.ListLeaseEvents(ctx, db.Pool, id, 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale := false
+	for _, e := range events {
+		if e.LeaseGen == first.LeaseGen && (e.Kind == queue.EventStaleWriteRejected || e.Kind == queue.EventHeartbeatLost) {
+			stale = true
+		}
+	}
+	if !stale {
+		t.Fatalf("no rejected write or lost heartbeat recorded for the revoked lease (gen %d): %+v", first.LeaseGen, events)
+	}
+}
