@@ -63,7 +63,7 @@ var commandFlags = map[string][]string{
 	"bench": {"jobs", "duration", "rate", "workers", "conns", "runs", "vs", "retained", "idle-xact", "no-ceiling",
 		"no-checkpoint", "ceiling-claimers", "claim-batch", "trace-sql", "cpuprofile", "memprofile", "quiet", "verbose",
 		"database-url", "json"},
-	"chaos": {"duration", "seed", "workers", "faults", "naive", "own-cluster", "lease", "concurrency", "settle",
+	"chaos": {"duration", "seed", "workers", "faults", "naive", "own-cluster", "hosts", "failover", "async", "replica-lag", "lease", "concurrency", "settle",
 		"wave-every", "customers", "order-keys", "sleep-jobs", "worker-database-url", "no-listen", "log-dir",
 		"keep-schema", "fault-log", "database-url", "json", "log-level", "log-format"},
 	// The naive baseline's worker parses its own arguments (chaos.ParseNaiveFlags).

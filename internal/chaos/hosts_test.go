@@ -92,14 +92,11 @@ func TestHostsFaults(t *testing.T) {
 func TestCommitCutSettledByLooking(t *testing.T) {
 	t.Parallel()
 	requireHosts(t)
-	env := newTestEnv(t, EnvConfig{Hosts: 1, WorkerArgs: []string{"--housekeeping-interval", "1h"}})
+	// No scheduling passes: the only fenced COMMIT whose reply comes back is the order's.
+	env := newTestEnv(t, EnvConfig{Hosts: 1, WorkerArgs: []string{"--no-periodic"}})
 	startWorkers(t, env)
 	w := env.Workers[0]
 	ctx := context.Background()
-	fenceqtest.WaitFor(t, "the housekeeping job to snooze", 30*time.Second, func() bool {
-		return count(t, env.Pool, `SELECT count(*) FROM fenceq_jobs WHERE kind = 'housekeeping.idempotency'
-			AND state = 'scheduled' AND attempted_at IS NOT NULL`) == 1
-	})
 	const key = "commit-cut-1"
 	req := order.Request{CustomerEmail: "buyer@example.com", Currency: "EUR",
 		Items: []order.Item{{SKU: "book", Quantity: 1, UnitPriceCents: 990}}}
