@@ -28,8 +28,8 @@ const unreachableURL = "postgres://postgres@127.0.0.1:1/test?sslmode=disable&con
 // it removes it.
 func TestResolveStartsThrowawayCluster(t *testing.T) {
 	t.Parallel()
-	if _, err := pgcluster.FindBinDir(); errors.Is(err, pgcluster.ErrNoBinaries) {
-		t.Skip("no PostgreSQL server binaries on this machine")
+	if _, err := pgcluster.FindBinDir(); err != nil {
+		t.Fatalf("%v: install PostgreSQL's server package (apt-get install postgresql; .ci/run does)", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -174,8 +174,8 @@ func (f runFunc) Run() int { return f() }
 // Not parallel: it swaps the package's shared server for a cluster of its own while no
 // other test runs.
 func TestRunStopsTheThrowawayCluster(t *testing.T) {
-	if _, err := pgcluster.FindBinDir(); errors.Is(err, pgcluster.ErrNoBinaries) {
-		t.Skip("no PostgreSQL server binaries on this machine")
+	if _, err := pgcluster.FindBinDir(); err != nil {
+		t.Fatalf("%v: install PostgreSQL's server package (apt-get install postgresql; .ci/run does)", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

@@ -18,7 +18,7 @@ func TestFailoverSync(t *testing.T) {
 		t.Skip("starts a primary and a standby; skipped with -short")
 	}
 	if _, err := pgcluster.FindBinDir(); err != nil {
-		t.Skipf("no throwaway PostgreSQL cluster on this machine: %v", err)
+		t.Fatalf("%v: install PostgreSQL's server package (apt-get install postgresql; .ci/run does)", err)
 	}
 	rep := runChaos(t, Config{
 		// No scheduling passes: their COMMITs would be among those held at the kill, and

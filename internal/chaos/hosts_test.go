@@ -24,10 +24,10 @@ func requireHosts(t *testing.T) {
 		t.Skip("builds network namespaces and a throwaway PostgreSQL cluster; skipped with -short")
 	}
 	if err := netns.Available(); err != nil {
-		t.Skip(err)
+		netns.SkipUnlessCI(t, err)
 	}
 	if _, err := pgcluster.FindBinDir(); err != nil {
-		t.Skipf("no throwaway PostgreSQL cluster on this machine: %v", err)
+		t.Fatalf("%v: install PostgreSQL's server package (apt-get install postgresql; .ci/run does)", err)
 	}
 }
 

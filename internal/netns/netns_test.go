@@ -13,7 +13,7 @@ import (
 func requireAvailable(t *testing.T) {
 	t.Helper()
 	if err := Available(); err != nil {
-		t.Skip(err)
+		SkipUnlessCI(t, err)
 	}
 }
 
