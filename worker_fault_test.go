@@ -414,7 +414,9 @@ func TestLostCommitReplyIsSettledAfterTheDatabaseReturns(t *testing.T) {
 		commitErr <- err
 		return err
 	}, nil)
-	w, err := fenceq.NewWorker(pool, b.fastConfig(5*time.Second))
+	cfg := b.fastConfig(5 * time.Second)
+	cfg.DisablePeriodic = true // the one COMMIT whose reply is held must be the job's
+	w, err := fenceq.NewWorker(pool, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
