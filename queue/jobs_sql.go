@@ -256,6 +256,26 @@ UPDATE fenceq_jobs SET state = ` + sqlCompleted + `, finished_at = now(), lease_
     output = $3::jsonb
 ` + leaseGuard
 
+// sqlCompleteLockedChecked is sqlCompleteLocked for a pipeline that sends COMMIT right
+// behind it: a completion that matched no row raises an error (the ELSE arm casts a
+// text naming the row count to integer; it depends on count(*), so the planner cannot
+// fold it into a constant that would fail every execution), which makes the server
+// skip the COMMIT queued after it and leaves the transaction aborted. A row count
+// checked in Go would come too late: the COMMIT would already have run. $3 the job's
+// output (NULL for none).
+var sqlCompleteLockedChecked = `
+WITH done AS (
+    UPDATE fenceq_jobs SET state = ` + sqlCompleted + `, finished_at = now(), lease_expires_at = NULL,
+        output = $3::jsonb
+    ` + leaseGuard + `
+    RETURNING 1)
+SELECT CASE count(*) WHEN 1 THEN 1
+       ELSE (` + sqlLit(completionMissed) + ` || count(*))::int END
+FROM done`
+
+// completionMissed starts the error text of a checked completion that matched no row.
+const completionMissed = "fenceq: fenced completion matched rows: "
+
 // sqlJobLease reads the generation and state a job has now (Landed).
 const sqlJobLease = `SELECT lease_gen, state FROM fenceq_jobs WHERE id = $1`
 
