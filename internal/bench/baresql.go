@@ -141,6 +141,10 @@ func (s *ceilingSystem) verify(ctx context.Context, e *env) (total, completed, o
 	return s.fq.verify(ctx, e)
 }
 
+// ceilingIdleMax is the longest wait of the fenced ceiling's claimers between empty
+// claims.
+const ceilingIdleMax = 100 * time.Millisecond
+
 // ceilingLease is one job claimed by the fenced ceiling.
 type ceilingLease struct{ id, gen int64 }
 
@@ -186,9 +190,14 @@ func (s *ceilingSystem) startFenced(ctx context.Context, e *env, h hooks) (func(
 	}, nil
 }
 
-// feedLoop claims jobs and hands them to the committers.
+// feedLoop claims jobs and hands them to the committers. The fenced workload's jobs
+// are all inserted before it starts, so once they are claimed every claim comes back
+// empty, and each walks the claim index from its start: the waits between empty claims
+// double up to ceilingIdleMax, so that they do not take the server's CPU from the
+// committers.
 func (s *ceilingSystem) feedLoop(ctx context.Context, e *env, id string, work chan<- ceilingLease) error {
 	claimed := make([]ceilingLease, 0, ceilingBatch)
+	idle := time.Millisecond
 	for ctx.Err() == nil {
 		claimed = claimed[:0]
 		rows, err := e.pool.Query(ctx, sqlCeilingClaim, ceilingBatch, id)
@@ -209,10 +218,12 @@ func (s *ceilingSystem) feedLoop(ctx context.Context, e *env, id string, work ch
 		if len(claimed) == 0 {
 			select {
 			case <-ctx.Done():
-			case <-time.After(time.Millisecond):
+			case <-time.After(idle):
 			}
+			idle = min(2*idle, ceilingIdleMax)
 			continue
 		}
+		idle = time.Millisecond
 		for _, l := range claimed {
 			select {
 			case <-ctx.Done():
