@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -613,7 +614,9 @@ func (t *leaseTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.Com
 
 func (t *leaseTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
 	if err := t.usable(); err != nil {
-		return nil, err
+		// Rows that carry the error, as pgx's own: code that reads the error from the
+		// rows (pgx.CollectRows) gets it there.
+		return errRows{err}, err
 	}
 	return t.Tx.Query(ctx, sql, args...)
 }
@@ -629,6 +632,20 @@ func (t *leaseTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 type errRow struct{ err error }
 
 func (r errRow) Scan(...any) error { return r.err }
+
+// errRows are pgx.Rows that hold no row and report err.
+type errRows struct{ err error }
+
+func (r errRows) Close()                                       {}
+func (r errRows) Err() error                                   { return r.err }
+func (r errRows) CommandTag() pgconn.CommandTag                { return pgconn.CommandTag{} }
+func (r errRows) FieldDescriptions() []pgconn.FieldDescription { return nil }
+func (r errRows) Next() bool                                   { return false }
+func (r errRows) Scan(...any) error                            { return r.err }
+func (r errRows) Values() ([]any, error)                       { return nil, r.err }
+func (r errRows) RawValues() [][]byte                          { return nil }
+func (r errRows) Conn() *pgx.Conn                              { return nil }
+func (r errRows) TypeMap() *pgtype.Map                         { return nil }
 
 // withLeaseTx is WithLease on any Beginner, one statement per round trip.
 func withLeaseTx(ctx context.Context, db Beginner, l Lease, how LeaseTx, op string, fn TxFunc) error {

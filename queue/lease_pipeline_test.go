@@ -179,6 +179,10 @@ func TestWithLeaseTxEndsWithItsFunction(t *testing.T) {
 			if _, err := kept.Exec(b.ctx, `SELECT 1`); !errors.Is(err, pgx.ErrTxClosed) {
 				t.Fatalf("Exec on the transaction after its function returned: %v, want ErrTxClosed", err)
 			}
+			rows, _ := kept.Query(b.ctx, `SELECT 1`)
+			if _, err := pgx.CollectRows(rows, pgx.RowTo[int]); !errors.Is(err, pgx.ErrTxClosed) {
+				t.Fatalf("Query on the transaction after its function returned: %v, want ErrTxClosed", err)
+			}
 
 			l = queue.LeaseOf(b.claimOne(t))
 			err = queue.WithLease(b.ctx, db, l, queue.LeaseTx{Complete: true}, func(ctx context.Context, tx pgx.Tx) error {
