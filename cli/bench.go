@@ -14,7 +14,7 @@ import (
 )
 
 // benchCommand is `fenceq bench WORKLOAD`: throughput and latency of fenceq, side by
-// side with River (--vs river) and, for drain, with the bare-SQL ceiling.
+// side with River (--vs river) and, for drain and fenced, with the bare-SQL ceiling.
 func benchCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:      "bench",
@@ -26,7 +26,8 @@ func benchCommand() *ucli.Command {
 			"  steady   insert and work together for --duration, worked jobs/s\n" +
 			"  latency  enqueue→start p50/p95/p99 at --rate jobs/s for --duration\n" +
 			"  fenced   each job commits a result row + an outbox row + its completion in one\n" +
-			"           transaction (fenceq Job.Commit vs River JobCompleteTx), jobs/s\n" +
+			"           transaction (fenceq Job.Commit vs River JobCompleteTx), jobs/s (with the\n" +
+			"           bare-SQL ceiling: each job's transaction in one pipelined round trip)\n" +
 			"Each run of each side uses a fresh schema of the database, dropped afterwards; with\n" +
 			"--vs river the sides alternate which goes first. The table shows the median, min,\n" +
 			"max and max/min of the runs per side and the ratios of the medians, plus WAL bytes,\n" +
@@ -46,7 +47,7 @@ func benchCommand() *ucli.Command {
 			&ucli.StringFlag{Name: "vs", Usage: "peer measured alongside: river"},
 			&ucli.IntFlag{Name: "retained", Usage: "finished jobs pre-filled before each run", DefaultText: "none"},
 			&ucli.DurationFlag{Name: "idle-xact", Usage: "hold an idle transaction (vacuum horizon) open this long during each run", DefaultText: "none"},
-			&ucli.BoolFlag{Name: "no-ceiling", Usage: "drain: skip the bare-SQL ceiling"},
+			&ucli.BoolFlag{Name: "no-ceiling", Usage: "drain and fenced: skip the bare-SQL ceiling"},
 			&ucli.BoolFlag{Name: "no-checkpoint", Usage: "do not run CHECKPOINT before each run (it needs superuser or pg_checkpoint)"},
 			&ucli.IntFlag{Name: "ceiling-claimers", Usage: "concurrent claimers of the bare-SQL ceiling", DefaultText: "2"},
 			&ucli.IntFlag{Name: "claim-batch", Usage: "fenceq ClaimBatchSize", DefaultText: "the engine's"},

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/fenceq/fenceq/fenceqtest"
 	"github.com/fenceq/fenceq/queue"
 )
@@ -120,5 +122,40 @@ func BenchmarkHeartbeat100(b *testing.B) {
 		if err != nil || len(res.Renewed) != 100 {
 			b.Fatalf("heartbeat: %d renewed, %v", len(res.Renewed), err)
 		}
+	}
+}
+
+// BenchmarkWithLeaseCommit is one fenced commit of a claimed job with one row written
+// in its function (the job's lock, the row, the completion, COMMIT), on a pool
+// (pipelined: two round trips besides the row's) and on a Beginner that is not one
+// (one statement per round trip), with 200 other jobs running; reported per commit.
+func BenchmarkWithLeaseCommit(b *testing.B) {
+	for _, name := range []string{"pool", "beginner"} {
+		b.Run(name, func(b *testing.B) {
+			db, ctx := benchDB(b)
+			if _, err := db.Pool.Exec(ctx, `CREATE TABLE results (job_id bigint PRIMARY KEY)`); err != nil {
+				b.Fatal(err)
+			}
+			fill(b, db, ctx, b.N+200)
+			jobs, err := queue.Claim(ctx, db.Pool, queue.ClaimParams{Queue: queue.DefaultQueue, WorkerID: "bench",
+				Limit: b.N + 200, Lease: time.Hour})
+			if err != nil || len(jobs) != b.N+200 {
+				b.Fatalf("claim: %d jobs, %v", len(jobs), err)
+			}
+			var db2 queue.Beginner = db.Pool
+			if name == "beginner" {
+				db2 = beginnerOnly{db.Pool}
+			}
+			b.ResetTimer()
+			for i := range b.N {
+				l := queue.LeaseOf(jobs[i])
+				if err := queue.WithLease(ctx, db2, l, queue.LeaseTx{Complete: true}, func(ctx context.Context, tx pgx.Tx) error {
+					_, err := tx.Exec(ctx, `INSERT INTO results VALUES ($1)`, l.JobID)
+					return err
+				}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

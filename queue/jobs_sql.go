@@ -2,9 +2,10 @@ package queue
 
 // SQL for fenceq_jobs. Every statement that writes under a lease carries
 // "lease_gen = " in its WHERE clause next to the job id and the running state, spelled
-// out for the batched statements and as leaseGuard for the single-lease ones:
+// out for the batched statements and as leaseGuard (lockedGuard in the fenced
+// transaction) for the single-lease ones:
 //
-//	grep -n "lease_gen = \|leaseGuard" queue/*_sql.go
+//	grep -n "lease_gen = \|leaseGuard\|lockedGuard" queue/*_sql.go
 //
 // Times are always the database's (now()); durations arrive as microseconds. States and
 // event kinds come from vocab.go.
@@ -243,18 +244,47 @@ var sqlRelease = staleWrite(`
     ` + leaseGuard + `
     RETURNING state`)
 
+// lockedGuard is leaseGuard for the statements of the fenced transaction, with the
+// running state compared to an uncorrelated subquery (an InitPlan: a value known only
+// at execution). Compared to the constant, state = 'running' matches the predicate of
+// the partial fenceq_jobs_lease_idx, and with statistics taken while few jobs ran the
+// planner estimates that index to hold one row and picks it over the primary key —
+// custom and generic plans alike — so every lock and completion would walk the entries
+// of every running job. With the subquery only the primary key can find the row.
+var lockedGuard = `WHERE id = $1 AND lease_gen = $2 AND state = (SELECT ` + sqlRunning + `::text)`
+
 // sqlLockLease is the fence of a handler's transaction: the row lock keeps the reaper
 // and every other writer out until COMMIT.
 var sqlLockLease = `
 SELECT state FROM fenceq_jobs
-` + leaseGuard + `
+` + lockedGuard + `
 FOR UPDATE`
 
 // sqlCompleteLocked: $3 the job's output (NULL for none).
 var sqlCompleteLocked = `
 UPDATE fenceq_jobs SET state = ` + sqlCompleted + `, finished_at = now(), lease_expires_at = NULL,
     output = $3::jsonb
-` + leaseGuard
+` + lockedGuard
+
+// sqlCompleteLockedChecked is sqlCompleteLocked for a pipeline that sends COMMIT right
+// behind it: a completion that matched no row raises an error (the ELSE arm casts a
+// text naming the row count to integer; it depends on count(*), so the planner cannot
+// fold it into a constant that would fail every execution), which makes the server
+// skip the COMMIT queued after it and leaves the transaction aborted. A row count
+// checked in Go would come too late: the COMMIT would already have run. $3 the job's
+// output (NULL for none).
+var sqlCompleteLockedChecked = `
+WITH done AS (
+    UPDATE fenceq_jobs SET state = ` + sqlCompleted + `, finished_at = now(), lease_expires_at = NULL,
+        output = $3::jsonb
+    ` + lockedGuard + `
+    RETURNING 1)
+SELECT CASE count(*) WHEN 1 THEN 1
+       ELSE (` + sqlLit(completionMissed) + ` || count(*))::int END
+FROM done`
+
+// completionMissed starts the error text of a checked completion that matched no row.
+const completionMissed = "fenceq: fenced completion matched rows: "
 
 // sqlJobLease reads the generation and state a job has now (Landed).
 const sqlJobLease = `SELECT lease_gen, state FROM fenceq_jobs WHERE id = $1`

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/fenceq/fenceq/migrations"
 )
 
@@ -19,6 +21,11 @@ const ceilingBatch = 1000
 // LOCKED, lease generation bumped) and one batched fenced completion per claim (UPDATE
 // … FROM unnest(ids, gens) WHERE lease_gen = gen). No handler, no bookkeeping: what the
 // database alone can do for this protocol.
+//
+// In the fenced workload the claimers hand each claimed job to one of Conns committers,
+// which sends the job's whole fenced transaction as one pipeline, in one round trip:
+// BEGIN, the lock (FOR UPDATE, lease_gen), the result row, the outbox row, the fenced
+// completion, COMMIT. That is the fewest round trips a transaction per job can take.
 type ceilingSystem struct {
 	cfg Config
 	fq  *fenceqSystem // inserts and verification are fenceq's
@@ -32,6 +39,13 @@ func (s *ceilingSystem) name() string     { return SystemCeiling }
 func (s *ceilingSystem) jobTable() string { return "fenceq_jobs" }
 
 func (s *ceilingSystem) describe() string {
+	if s.cfg.Workload == WorkloadFenced {
+		return fmt.Sprintf("bare SQL on fenceq_jobs with the reference full claim index (state, queue, priority, run_at, id): "+
+			"%d claimers looping the reference claim from the start (LIMIT %d, SKIP LOCKED, lease_gen + 1) feed %d committers, "+
+			"each job one transaction in one pipelined round trip (BEGIN; lock FOR UPDATE on lease_gen; result row; outbox row; "+
+			"fenced completion; COMMIT); pool of %d conns",
+			s.cfg.CeilingClaimers, ceilingBatch, s.cfg.Conns, s.cfg.Conns)
+	}
 	return fmt.Sprintf("bare SQL on fenceq_jobs with the reference full claim index (state, queue, priority, run_at, id): "+
 		"%d claimers, each looping the reference claim from the start (LIMIT %d, SKIP LOCKED, lease_gen + 1) then one batched fenced "+
 		"completion (unnest(ids, gens), lease_gen = gen); pool of %d conns",
@@ -61,6 +75,9 @@ func (s *ceilingSystem) retain(ctx context.Context, e *env, n int) error {
 }
 
 func (s *ceilingSystem) start(ctx context.Context, e *env, h hooks) (func(context.Context) error, error) {
+	if s.cfg.Workload == WorkloadFenced {
+		return s.startFenced(ctx, e, h)
+	}
 	cctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	errs := make(chan error, s.cfg.CeilingClaimers)
@@ -122,4 +139,134 @@ func (s *ceilingSystem) claimLoop(ctx context.Context, e *env, id string, h hook
 
 func (s *ceilingSystem) verify(ctx context.Context, e *env) (total, completed, once int64, err error) {
 	return s.fq.verify(ctx, e)
+}
+
+// ceilingIdleMax is the longest wait of the fenced ceiling's claimers between empty
+// claims.
+const ceilingIdleMax = 100 * time.Millisecond
+
+// ceilingLease is one job claimed by the fenced ceiling.
+type ceilingLease struct{ id, gen int64 }
+
+func (s *ceilingSystem) startFenced(ctx context.Context, e *env, h hooks) (func(context.Context) error, error) {
+	cctx, cancel := context.WithCancel(ctx)
+	work := make(chan ceilingLease, ceilingBatch)
+	var wg sync.WaitGroup
+	errs := make(chan error, s.cfg.CeilingClaimers+s.cfg.Conns)
+	for i := range s.cfg.CeilingClaimers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := s.feedLoop(cctx, e, fmt.Sprintf("ceiling-%d", i), work); err != nil && cctx.Err() == nil {
+				errs <- err
+			}
+		}()
+	}
+	for range s.cfg.Conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-cctx.Done():
+					return
+				case l := <-work:
+					if err := commitFencedCeiling(cctx, e, l); err != nil {
+						if cctx.Err() == nil {
+							errs <- err
+						}
+						return
+					}
+					h.done(1)
+				}
+			}
+		}()
+	}
+	return func(context.Context) error {
+		cancel()
+		wg.Wait()
+		close(errs)
+		return <-errs
+	}, nil
+}
+
+// feedLoop claims jobs and hands them to the committers. The fenced workload's jobs
+// are all inserted before it starts, so once they are claimed every claim comes back
+// empty, and each walks the claim index from its start: the waits between empty claims
+// double up to ceilingIdleMax, so that they do not take the server's CPU from the
+// committers.
+func (s *ceilingSystem) feedLoop(ctx context.Context, e *env, id string, work chan<- ceilingLease) error {
+	claimed := make([]ceilingLease, 0, ceilingBatch)
+	idle := time.Millisecond
+	for ctx.Err() == nil {
+		claimed = claimed[:0]
+		rows, err := e.pool.Query(ctx, sqlCeilingClaim, ceilingBatch, id)
+		if err != nil {
+			return fmt.Errorf("claim: %w", err)
+		}
+		for rows.Next() {
+			var l ceilingLease
+			if err := rows.Scan(&l.id, &l.gen); err != nil {
+				rows.Close()
+				return fmt.Errorf("claim: %w", err)
+			}
+			claimed = append(claimed, l)
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("claim: %w", err)
+		}
+		if len(claimed) == 0 {
+			select {
+			case <-ctx.Done():
+			case <-time.After(idle):
+			}
+			idle = min(2*idle, ceilingIdleMax)
+			continue
+		}
+		idle = time.Millisecond
+		for _, l := range claimed {
+			select {
+			case <-ctx.Done():
+				return nil
+			case work <- l:
+			}
+		}
+	}
+	return nil
+}
+
+// commitFencedCeiling sends one job's fenced transaction as one pipeline.
+func commitFencedCeiling(ctx context.Context, e *env, l ceilingLease) error {
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(sqlCeilingLock, l.id, l.gen)
+	b.Queue(sqlInsertResult, l.id, "ok")
+	b.Queue(sqlInsertOutbox, fmt.Sprintf("bench-result:%d", l.id), fmt.Sprintf(`{"job_id": %d}`, l.id))
+	b.Queue(sqlCeilingCompleteOne, l.id, l.gen)
+	b.Queue("COMMIT")
+	br := e.pool.SendBatch(ctx, b)
+	defer func() { _ = br.Close() }()
+	if _, err := br.Exec(); err != nil {
+		return fmt.Errorf("begin job %d: %w", l.id, err)
+	}
+	var state string
+	if err := br.QueryRow().Scan(&state); err != nil {
+		return errors.Join(errVerify, fmt.Errorf("lock job %d at generation %d: %w", l.id, l.gen, err))
+	}
+	for _, what := range []string{"insert result", "insert outbox row"} {
+		if _, err := br.Exec(); err != nil {
+			return fmt.Errorf("%s of job %d: %w", what, l.id, err)
+		}
+	}
+	tag, err := br.Exec()
+	if err != nil {
+		return fmt.Errorf("complete job %d: %w", l.id, err)
+	}
+	if tag.RowsAffected() != 1 {
+		return errors.Join(errVerify, fmt.Errorf("completion of job %d matched %d rows", l.id, tag.RowsAffected()))
+	}
+	if _, err := br.Exec(); err != nil {
+		return fmt.Errorf("commit job %d: %w", l.id, err)
+	}
+	return br.Close()
 }

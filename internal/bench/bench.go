@@ -16,7 +16,8 @@
 //   - latency: single-row enqueues at a fixed arrival rate; enqueue→start p50/p95/p99.
 //   - fenced: each job commits a result row, an outbox row and its completion in one
 //     transaction (fenceq: Job.Commit, fenced by the lease generation; River:
-//     JobCompleteTx).
+//     JobCompleteTx); its bare-SQL ceiling sends each job's transaction in one pipelined
+//     round trip.
 package bench
 
 import (
@@ -83,8 +84,9 @@ type Config struct {
 	Runs int
 	// Vs names the peer to run alongside fenceq: "" or "river".
 	Vs string
-	// Ceiling adds the bare-SQL ceiling (claim + batched fenced completion, 1,000 per
-	// batch) to drain runs. The CLI turns it on for drain.
+	// Ceiling adds the bare-SQL ceiling to drain runs (claim + batched fenced
+	// completion, 1,000 per batch) and fenced runs (claim, then each job's fenced
+	// transaction in one pipelined round trip). The CLI turns it on for both.
 	Ceiling bool
 	// CeilingClaimers is the number of concurrent claimers of the ceiling. Defaults to 2.
 	CeilingClaimers int
@@ -187,7 +189,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.Vs == SystemRiver {
 		systems = append(systems, newRiverSystem(cfg))
 	}
-	if cfg.Ceiling && cfg.Workload == WorkloadDrain {
+	if cfg.Ceiling && (cfg.Workload == WorkloadDrain || cfg.Workload == WorkloadFenced) {
 		systems = append(systems, newCeilingSystem(cfg))
 	}
 	rep, err := newReport(ctx, cfg, systems)

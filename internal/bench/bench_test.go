@@ -174,10 +174,13 @@ func TestDrainAllSides(t *testing.T) {
 func TestFencedCommitsResultsWithCompletion(t *testing.T) {
 	t.Parallel()
 	cfg := tiny(t, WorkloadFenced)
-	cfg.Vs, cfg.Jobs = SystemRiver, 300
+	cfg.Vs, cfg.Jobs, cfg.Ceiling = SystemRiver, 300, true
 	// runOnce already fails the run unless every completed job has exactly one result
 	// row and one outbox row; here the figures must be there too.
 	rep := run(t, cfg)
+	if len(rep.Systems) != 3 {
+		t.Fatalf("%d sides, want fenceq, river and the bare-SQL ceiling", len(rep.Systems))
+	}
 	assertFigures(t, rep, 1)
 	for _, s := range rep.Systems {
 		if got := s.Runs[0].Metrics[MetricJobs]; got != 300 {

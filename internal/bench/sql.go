@@ -76,6 +76,16 @@ UPDATE fenceq_jobs j SET state = 'completed', finished_at = now(), lease_expires
 FROM unnest($1::bigint[], $2::bigint[]) AS l(id, gen)
 WHERE j.id = l.id AND j.lease_gen = l.gen AND j.state = 'running'`
 
+// The fenced ceiling's lock and single completion, the engine's fenced transaction's
+// statements: the running state is compared to a subquery, so that the row is found by
+// its primary key (see lockedGuard in package queue). $1 id, $2 lease generation.
+const sqlCeilingLock = `
+SELECT state FROM fenceq_jobs WHERE id = $1 AND lease_gen = $2 AND state = (SELECT 'running'::text) FOR UPDATE`
+
+const sqlCeilingCompleteOne = `
+UPDATE fenceq_jobs SET state = 'completed', finished_at = now(), lease_expires_at = NULL
+WHERE id = $1 AND lease_gen = $2 AND state = (SELECT 'running'::text)`
+
 // Statistics. pg_stat_user_tables by the table's oid in the run's schema.
 const sqlStatsTable = `
 SELECT COALESCE(n_tup_upd, 0), COALESCE(n_tup_hot_upd, 0), COALESCE(n_dead_tup, 0)

@@ -34,6 +34,12 @@ type link struct {
 	appName string
 	closed  bool
 
+	// commitStmts names the statements the client prepared (Parse) whose query is
+	// COMMIT; bindCommit: a Bind of one was seen since the last Sync, so the pipeline
+	// that Sync ends commits. Owned by the client→server goroutine.
+	commitStmts map[string]bool
+	bindCommit  bool
+
 	// Owned by the server→client goroutine while dropping a reply.
 	dropBytes int
 	dropTag   string
@@ -134,12 +140,28 @@ func (l *link) scanClient(chunk []byte) {
 				l.mu.Unlock()
 			}
 		case !m.startup && m.typ == 'Q' && !m.truncated && isCommit(m.body):
-			l.p.commits.Add(1)
-			if takeArm(&l.p.holdArms) {
-				l.holdReply.Store(true)
-				l.dropReply.Store(true)
-			} else if takeArm(&l.p.commitArms) {
-				l.dropReply.Store(true)
+			l.sawCommit()
+		case !m.startup && m.typ == 'P':
+			// A COMMIT in the extended protocol, as in a pipeline that ends a
+			// transaction: remember the statement, and see its Bind.
+			name, query, ok := twoStrings(m.body)
+			switch {
+			case ok && isCommit([]byte(query)):
+				if l.commitStmts == nil {
+					l.commitStmts = map[string]bool{}
+				}
+				l.commitStmts[name] = true
+			case ok || !m.truncated:
+				delete(l.commitStmts, name)
+			}
+		case !m.startup && m.typ == 'B':
+			if _, stmt, ok := twoStrings(m.body); ok && l.commitStmts[stmt] {
+				l.bindCommit = true
+			}
+		case !m.startup && m.typ == 'S':
+			if l.bindCommit {
+				l.bindCommit = false
+				l.sawCommit()
 			}
 		}
 	})
@@ -223,6 +245,30 @@ func takeArm(arms *atomic.Int64) bool {
 }
 
 // isCommit reports whether a simple query's text (NUL-terminated) commits.
+// sawCommit counts a COMMIT the client sent and arms its reply's drop or hold, if
+// one is due.
+func (l *link) sawCommit() {
+	l.p.commits.Add(1)
+	if takeArm(&l.p.holdArms) {
+		l.holdReply.Store(true)
+		l.dropReply.Store(true)
+	} else if takeArm(&l.p.commitArms) {
+		l.dropReply.Store(true)
+	}
+}
+
+// twoStrings returns the first two NUL-terminated strings of a message body (Parse:
+// statement name and query; Bind: portal and statement name); ok is false when the
+// captured prefix does not hold both.
+func twoStrings(body []byte) (first, second string, ok bool) {
+	a, rest, found := strings.Cut(string(body), "\x00")
+	if !found {
+		return "", "", false
+	}
+	b, _, found := strings.Cut(rest, "\x00")
+	return a, b, found
+}
+
 func isCommit(body []byte) bool {
 	q := strings.ToLower(strings.Join(strings.Fields(strings.TrimRight(string(body), "\x00")), " "))
 	q = strings.TrimSpace(strings.TrimRight(q, "; "))

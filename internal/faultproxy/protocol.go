@@ -56,6 +56,8 @@ func capture(startup bool, typ byte) int {
 		return 64 // enough for "commit"; longer queries are not COMMIT
 	case typ == 'C':
 		return 64 // command tags
+	case typ == 'P', typ == 'B':
+		return 256 // Parse: statement name and query; Bind: portal and statement names
 	}
 	return 0
 }

@@ -5,7 +5,9 @@
 //
 // The proxy follows the PostgreSQL wire protocol on every connection it can read (not
 // TLS-encrypted ones): it learns each connection's application_name from the startup
-// message and recognises COMMIT sent as a simple query, which is how pgx commits.
+// message and recognises COMMIT sent as a simple query (how pgx's Tx.Commit commits)
+// and in the extended protocol (a prepared COMMIT bound in a pipeline, as a batch that
+// ends a transaction sends it; its reply is the whole pipeline's, up to ReadyForQuery).
 // Every fault it injects is counted, so a test can prove the fault happened before it
 // claims nothing went wrong.
 package faultproxy
@@ -154,7 +156,8 @@ func (p *Proxy) Dropped() int64 { return p.dropped.Load() }
 func (p *Proxy) Resets() int64 { return p.resets.Load() }
 
 // DropCommitReplies arms the proxy to drop the reply to each of the next n COMMITs
-// (simple-protocol queries "commit", on any connection): the COMMIT reaches the server
+// (simple-protocol queries "commit", or a pipeline that binds a prepared COMMIT, on
+// any connection): the COMMIT reaches the server
 // and is executed, the server's answer is read and discarded, and the connection is
 // then reset. The client cannot know whether its transaction committed. n <= 0 disarms.
 func (p *Proxy) DropCommitReplies(n int) {

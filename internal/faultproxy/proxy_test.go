@@ -152,6 +152,38 @@ func TestProxy(t *testing.T) {
 		}
 	})
 
+	t.Run("DropCommitReplyOfPipeline", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, "fp-pipeline")
+		c := b.connect(t)
+		pipeline := func(id int) error {
+			batch := &pgx.Batch{}
+			batch.Queue("BEGIN")
+			batch.Queue(`INSERT INTO t VALUES ($1)`, id)
+			batch.Queue("COMMIT")
+			return c.SendBatch(b.ctx, batch).Close()
+		}
+		// The first pipeline prepares COMMIT; the second binds the prepared statement
+		// only. Both are seen as commits, and the reply of the armed one is dropped.
+		if err := pipeline(1); err != nil {
+			t.Fatal(err)
+		}
+		b.proxy.DropCommitReplies(1)
+		if err := pipeline(2); err == nil {
+			t.Fatal("pipeline succeeded although its COMMIT reply was dropped")
+		}
+		drops := b.proxy.CommitDrops()
+		if len(drops) != 1 || drops[0].Tag != "COMMIT" || drops[0].AppName != "fp-pipeline" {
+			t.Fatalf("CommitDrops() = %+v, want one dropped COMMIT reply of fp-pipeline", drops)
+		}
+		if n := b.rows(t); n != 2 {
+			t.Fatalf("rows = %d, want 2 (both pipelines landed)", n)
+		}
+		if b.proxy.CommitsSeen() != 2 {
+			t.Fatalf("commits seen %d, want 2", b.proxy.CommitsSeen())
+		}
+	})
+
 	t.Run("HoldCommitReplyLeavesClientWaiting", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, "fp-hold")
