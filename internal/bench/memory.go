@@ -75,7 +75,7 @@ func readRSS() uint64 {
 // taken when the most jobs were running (started, not yet reported completed).
 //
 // When it is precise, it collects garbage before it samples a new peak (at most once
-// per tenth more jobs running), so that the Go figure is what the running jobs keep
+// per tenth more jobs running, or once the number holds still), so that the Go figure is what the running jobs keep
 // live, not what the collector has yet to sweep. Collections cost the side CPU time, so
 // only runs whose jobs sleep (Config.JobSleep) are precise, and only they report memory
 // per running job.
@@ -108,6 +108,7 @@ func startMemWatch(finished func() int64, precise bool) *memWatch {
 		defer w.wg.Done()
 		t := time.NewTicker(memSampleEvery)
 		defer t.Stop()
+		var prev int64 // running jobs at the last tick
 		for {
 			select {
 			case <-w.stop:
@@ -115,16 +116,30 @@ func startMemWatch(finished func() int64, precise bool) *memWatch {
 			case <-t.C:
 			}
 			running := w.started.Load() - w.finished()
-			if w.precise && running >= minRunningForMemory && running > w.peakRunning && running*10 >= w.gcAt*11 {
+			if !w.precise {
+				s := sampleMemory(buf)
+				w.maxRSS = max(w.maxRSS, s.rss)
+				if running > w.peakRunning {
+					w.peakRunning, w.atPeak = running, s
+				}
+				continue
+			}
+			// A new peak is sampled after a collection, when it grew by a tenth since the
+			// last one or held since the last tick (a plateau), and only if no job
+			// started or finished during the collection.
+			grew := running*10 >= w.gcAt*11 || running == prev
+			prev = running
+			if running >= minRunningForMemory && running > w.peakRunning && running != w.gcAt && grew {
 				runtime.GC()
 				w.gcAt = running
-				running = w.started.Load() - w.finished()
+				if w.started.Load()-w.finished() == running {
+					s := sampleMemory(buf)
+					w.maxRSS = max(w.maxRSS, s.rss)
+					w.peakRunning, w.atPeak = running, s
+					continue
+				}
 			}
-			s := sampleMemory(buf)
-			w.maxRSS = max(w.maxRSS, s.rss)
-			if running > w.peakRunning && (!w.precise || w.gcAt == running) {
-				w.peakRunning, w.atPeak = running, s
-			}
+			w.maxRSS = max(w.maxRSS, readRSS())
 		}
 	}()
 	return w
