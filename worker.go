@@ -36,6 +36,9 @@ type Worker struct {
 	state    lifecycle
 	queues   map[string]*queueLoop
 	complete chan *execution
+	// claimTurns bounds the claim statements in flight across the worker's queues (see
+	// claimConcurrency): a claim loop takes a turn before it counts its free slots.
+	claimTurns chan struct{}
 
 	claimCtx     context.Context // the claim loops' context, set by Start (for AddQueue)
 	claimCancel  context.CancelFunc
@@ -130,13 +133,14 @@ func NewWorker(pool *pgxpool.Pool, cfg Config) (*Worker, error) {
 	}
 	w := &Worker{
 		cfg: cfg, pool: pool, hooks: hooks,
-		log:      cfg.Logger.With("worker", cfg.ID),
-		execs:    map[leaseKey]*execution{},
-		running:  map[string]int{},
-		queues:   map[string]*queueLoop{},
-		runners:  newRunners(runnerIdle),
-		complete: make(chan *execution, cfg.CompleteBatchSize),
-		kinds:    cfg.Handlers.Kinds(),
+		log:        cfg.Logger.With("worker", cfg.ID),
+		execs:      map[leaseKey]*execution{},
+		running:    map[string]int{},
+		queues:     map[string]*queueLoop{},
+		runners:    newRunners(runnerIdle),
+		complete:   make(chan *execution, cfg.CompleteBatchSize),
+		claimTurns: make(chan struct{}, claimConcurrency(pool)),
+		kinds:      cfg.Handlers.Kinds(),
 	}
 	slices.Sort(w.kinds)
 	if w.periodic, err = cfg.periodicParams(); err != nil {
@@ -383,6 +387,17 @@ func (w *Worker) runQueue(ctx context.Context, ql *queueLoop) {
 	}
 }
 
+// claimConcurrency is how many claim statements a worker runs at once across its
+// queues: half of the pool's connections, at least one. Every queue has a claim loop of
+// its own, and a worker serving many small queues would otherwise fill the pool with
+// claims: the completer and the heartbeat would wait behind them for a connection,
+// slots would stay taken by jobs whose completions cannot be queued, and each freed
+// slot would cost a claim of one job. A loop that waits for its turn counts its free
+// slots once it has it, so the slots freed meanwhile go into one claim.
+func claimConcurrency(pool *pgxpool.Pool) int {
+	return max(1, int(pool.Config().MaxConns)/2)
+}
+
 // claimOnce claims up to the free slots of a queue and starts the jobs. It reports
 // whether it filled the batch it asked for.
 //
@@ -390,6 +405,14 @@ func (w *Worker) runQueue(ctx context.Context, ql *queueLoop) {
 // runs while the completions of the previous batch are being written: a claim allowed
 // to fill every slot would make claiming and completing alternate instead of overlap.
 func (w *Worker) claimOnce(ctx context.Context, ql *queueLoop) bool {
+	select {
+	case w.claimTurns <- struct{}{}:
+	case <-ctx.Done():
+		return false
+	case <-ql.stop:
+		return false
+	}
+	defer func() { <-w.claimTurns }()
 	w.mu.Lock()
 	maxWorkers := ql.max
 	free := maxWorkers - w.running[ql.name]

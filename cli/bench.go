@@ -32,11 +32,14 @@ func benchCommand() *ucli.Command {
 			"--vs river the sides alternate which goes first. The table shows the median, min,\n" +
 			"max and max/min of the runs per side and the ratios of the medians, plus WAL bytes,\n" +
 			"commits and updates per job, the HOT share and dead tuples of the job table, and\n" +
-			"the CPU time of this process per job.\n" +
+			"the CPU time and heap allocations of this process per job; drain and fenced add\n" +
+			"the most jobs running at once and this process's memory per 1,000 of them.\n" +
 			"Examples:\n" +
 			"  fenceq bench drain --jobs 200000 --vs river --runs 5\n" +
 			"  fenceq bench latency --rate 1000 --duration 20s --vs river\n" +
-			"  fenceq bench drain --retained 1000000 --idle-xact 60s --runs 3",
+			"  fenceq bench drain --retained 1000000 --idle-xact 60s --runs 3\n" +
+			"  fenceq bench drain --queues 100 --workers 10 --args-bytes 10000 --runs 3\n" +
+			"  fenceq bench drain --jobs 20000 --workers 10000 --job-sleep 3s --runs 1",
 		Flags: []ucli.Flag{
 			&ucli.IntFlag{Name: "jobs", Usage: "jobs of insert, drain and fenced", DefaultText: "200000; fenced 20000"},
 			&ucli.DurationFlag{Name: "duration", Usage: "length of steady and latency", DefaultText: "10s"},
@@ -51,6 +54,9 @@ func benchCommand() *ucli.Command {
 			&ucli.BoolFlag{Name: "no-checkpoint", Usage: "do not run CHECKPOINT before each run (it needs superuser or pg_checkpoint)"},
 			&ucli.IntFlag{Name: "ceiling-claimers", Usage: "concurrent claimers of the bare-SQL ceiling", DefaultText: "2"},
 			&ucli.IntFlag{Name: "claim-batch", Usage: "fenceq ClaimBatchSize", DefaultText: "the engine's"},
+			&ucli.IntFlag{Name: "queues", Usage: "spread the jobs over `N` queues, each served with --workers slots", DefaultText: "1"},
+			&ucli.IntFlag{Name: "args-bytes", Usage: "pad each job's args with `N` bytes that do not compress", DefaultText: "none"},
+			&ucli.DurationFlag{Name: "job-sleep", Usage: "drain, fenced: each handler sleeps this long (memory per running job)", DefaultText: "none"},
 			&ucli.BoolFlag{Name: "trace-sql", Usage: "after each run, print its statements by total time on stderr"},
 			&ucli.StringFlag{Name: "cpuprofile", Usage: "write a Go CPU profile of the whole bench (this process: the workers and the load) to `FILE`"},
 			&ucli.StringFlag{Name: "memprofile", Usage: "write a Go allocation profile of the whole bench to `FILE`"},
@@ -77,6 +83,9 @@ func benchCommand() *ucli.Command {
 				Retained:        c.Int("retained"),
 				IdleXact:        c.Duration("idle-xact"),
 				ClaimBatch:      c.Int("claim-batch"),
+				Queues:          c.Int("queues"),
+				ArgsBytes:       c.Int("args-bytes"),
+				JobSleep:        c.Duration("job-sleep"),
 				TraceSQL:        c.Bool("trace-sql"),
 			}
 			if !c.Bool("quiet") {
@@ -162,10 +171,13 @@ func benchUsage(cfg bench.Config) error {
 	}
 	for name, n := range map[string]int{"--jobs": cfg.Jobs, "--rate": cfg.Rate, "--workers": cfg.Workers,
 		"--conns": cfg.Conns, "--retained": cfg.Retained, "--ceiling-claimers": cfg.CeilingClaimers,
-		"--claim-batch": cfg.ClaimBatch} {
+		"--claim-batch": cfg.ClaimBatch, "--queues": cfg.Queues, "--args-bytes": cfg.ArgsBytes} {
 		if n < 0 {
 			return usageError{fmt.Errorf("%s: %d must not be negative", name, n)}
 		}
+	}
+	if cfg.JobSleep < 0 {
+		return usageError{fmt.Errorf("--job-sleep: %s must not be negative", cfg.JobSleep)}
 	}
 	if cfg.Runs < 1 {
 		return usageError{fmt.Errorf("--runs: %d must be at least 1", cfg.Runs)}

@@ -74,6 +74,9 @@ func TestBenchUsageErrors(t *testing.T) {
 		{[]string{"drain", "--vs", "sidekiq"}, `--vs "sidekiq"`},
 		{[]string{"drain", "--runs", "0"}, "--runs"},
 		{[]string{"drain", "--jobs", "-3"}, "--jobs"},
+		{[]string{"drain", "--queues", "-1"}, "--queues"},
+		{[]string{"drain", "--args-bytes", "-10"}, "--args-bytes"},
+		{[]string{"drain", "--job-sleep", "-1s"}, "--job-sleep"},
 	} {
 		_, errOut, code := runBench(t, tc.args...)
 		if code != ExitUsage || !strings.Contains(errOut, tc.want) {

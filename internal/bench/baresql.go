@@ -70,8 +70,8 @@ func (s *ceilingSystem) insertOne(ctx context.Context, e *env, kind string, seq 
 	return s.fq.insertOne(ctx, e, kind, seq)
 }
 
-func (s *ceilingSystem) retain(ctx context.Context, e *env, n int) error {
-	return s.fq.retain(ctx, e, n)
+func (s *ceilingSystem) retain(ctx context.Context, e *env, from, to int64) error {
+	return s.fq.retain(ctx, e, from, to)
 }
 
 func (s *ceilingSystem) start(ctx context.Context, e *env, h hooks) (func(context.Context) error, error) {

@@ -28,6 +28,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	mrand "math/rand/v2"
 	"slices"
 	"strings"
 	"time"
@@ -103,6 +104,19 @@ type Config struct {
 	Checkpoint bool
 	// ClaimBatch overrides fenceq's Config.ClaimBatchSize; 0 keeps the engine default.
 	ClaimBatch int
+	// Queues spreads the jobs over this many queues, round robin by sequence number;
+	// each side serves all of them with Workers slots per queue. Defaults to 1 (the
+	// queue "default"). The bare-SQL ceiling claims from one queue and runs only then
+	// (and only when jobs do not sleep: its claimers run no handlers).
+	Queues int
+	// ArgsBytes pads every job's args with a string of this many bytes, random
+	// characters that do not compress, so args past the TOAST threshold (about 2 KB) are
+	// stored out of line. 0 pads nothing.
+	ArgsBytes int
+	// JobSleep makes every handler of drain and fenced sleep this long before it
+	// returns, so that Workers jobs run at once: the memory figures per 1,000 running
+	// jobs come from such runs.
+	JobSleep time.Duration
 	// Progress receives a line per second during long phases; nil prints nothing.
 	Progress io.Writer
 	// TraceSQL prints to Progress, after each run, the statements of the measured phase
@@ -111,6 +125,50 @@ type Config struct {
 	// Logger receives the systems' own logs; defaults to warnings and errors on
 	// stderr-less discard.
 	Logger *slog.Logger
+
+	// Set by withDefaults: the queues' names and the args' padding.
+	queueNames []string
+	padding    string
+}
+
+// queueOf is the queue of the job with this sequence number.
+func (c Config) queueOf(seq int64) string {
+	if seq < 0 {
+		seq = -seq
+	}
+	return c.queueNames[seq%int64(len(c.queueNames))]
+}
+
+// benchQueueNames names n queues: the one queue is "default", as in a system that
+// never names one.
+func benchQueueNames(n int) []string {
+	if n <= 1 {
+		return []string{"default"}
+	}
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("bench_%04d", i)
+	}
+	return names
+}
+
+// padAlphabet holds the characters of the args' padding: 64 of them, none escaped in
+// JSON.
+const padAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+
+// argsPadding returns n characters drawn at random from padAlphabet (seeded, so every
+// run pads alike). PostgreSQL's TOAST compression (pglz) finds no repeats in them, so
+// the args are stored at their full size, as args that carry real data would be.
+func argsPadding(n int) string {
+	if n <= 0 {
+		return ""
+	}
+	r := mrand.New(mrand.NewChaCha8([32]byte{'f', 'e', 'n', 'c', 'e', 'q'}))
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = padAlphabet[r.IntN(len(padAlphabet))]
+	}
+	return string(b)
 }
 
 func (c Config) withDefaults() Config {
@@ -141,6 +199,15 @@ func (c Config) withDefaults() Config {
 	if c.CeilingClaimers == 0 {
 		c.CeilingClaimers = 2
 	}
+	if c.Queues == 0 {
+		c.Queues = 1
+	}
+	if c.Queues > 0 && c.Queues <= maxQueues {
+		c.queueNames = benchQueueNames(c.Queues)
+	}
+	if c.ArgsBytes > 0 && c.ArgsBytes <= maxArgsBytes {
+		c.padding = argsPadding(c.ArgsBytes)
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -155,7 +222,7 @@ func (c Config) validate() error {
 		return fmt.Errorf("bench: --vs %q: the only peer is %q", c.Vs, SystemRiver)
 	}
 	for name, n := range map[string]int{"jobs": c.Jobs, "rate": c.Rate, "workers": c.Workers,
-		"conns": c.Conns, "runs": c.Runs, "ceiling claimers": c.CeilingClaimers} {
+		"conns": c.Conns, "runs": c.Runs, "ceiling claimers": c.CeilingClaimers, "queues": c.Queues} {
 		if n < 1 {
 			return fmt.Errorf("bench: %s: %d must be at least 1", name, n)
 		}
@@ -169,14 +236,31 @@ func (c Config) validate() error {
 	if c.IdleXact < 0 {
 		return fmt.Errorf("bench: idle-xact: %s must not be negative", c.IdleXact)
 	}
-	if c.Conns > 64 {
-		return fmt.Errorf("bench: conns: %d is more than 64", c.Conns)
+	if c.Conns > maxConns {
+		return fmt.Errorf("bench: conns: %d is more than %d", c.Conns, maxConns)
+	}
+	if c.Queues > maxQueues {
+		return fmt.Errorf("bench: queues: %d is more than %d", c.Queues, maxQueues)
+	}
+	if c.ArgsBytes < 0 || c.ArgsBytes > maxArgsBytes {
+		return fmt.Errorf("bench: args bytes: %d must be between 0 and %d", c.ArgsBytes, maxArgsBytes)
+	}
+	if c.JobSleep < 0 {
+		return fmt.Errorf("bench: job sleep: %s must not be negative", c.JobSleep)
 	}
 	if _, err := pgx.ParseConfig(c.DatabaseURL); err != nil {
 		return fmt.Errorf("bench: database url: %w", err)
 	}
 	return nil
 }
+
+// Limits of Config: a pool larger than the server allows fails at the start of the
+// run instead (see checkConnections).
+const (
+	maxConns     = 1024
+	maxQueues    = 10_000
+	maxArgsBytes = 16 << 20
+)
 
 // Run runs the benchmark: Runs paired runs, alternating which side goes first, and
 // returns every run's figures with their medians and ratios.
@@ -189,11 +273,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.Vs == SystemRiver {
 		systems = append(systems, newRiverSystem(cfg))
 	}
-	if cfg.Ceiling && (cfg.Workload == WorkloadDrain || cfg.Workload == WorkloadFenced) {
+	if cfg.Ceiling && (cfg.Workload == WorkloadDrain || cfg.Workload == WorkloadFenced) && cfg.Queues == 1 && cfg.JobSleep == 0 {
 		systems = append(systems, newCeilingSystem(cfg))
 	}
 	rep, err := newReport(ctx, cfg, systems)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkConnections(ctx, cfg); err != nil {
 		return nil, err
 	}
 	ran := 0
@@ -298,6 +385,30 @@ func (e *env) close() {
 	if _, err := c.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{e.schema}.Sanitize()+" CASCADE"); err != nil {
 		e.cfg.Logger.Warn("bench: drop schema", "schema", e.schema, "err", err)
 	}
+}
+
+// connsBesidesPool are the connections a run opens besides its pool: the admin
+// connection, the idle transaction's and the one that creates and drops the schema.
+const connsBesidesPool = 3
+
+// checkConnections fails when the server cannot give a run its pool: the pool would
+// otherwise wait for connections that never come, and the figures would measure that.
+func checkConnections(ctx context.Context, cfg Config) error {
+	c, err := pgx.Connect(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return fmt.Errorf("connect to %s: %w", redact.URL(cfg.DatabaseURL), err)
+	}
+	defer c.Close(ctx)
+	var maxConn, reserved, inUse int
+	if err := c.QueryRow(ctx, sqlConnectionLimits).Scan(&maxConn, &reserved, &inUse); err != nil {
+		return fmt.Errorf("read connection limits: %w", err)
+	}
+	free := maxConn - reserved - inUse
+	if need := cfg.Conns + connsBesidesPool; need > free {
+		return fmt.Errorf("bench: conns: %d needs %d connections, but the server has %d free "+
+			"(max_connections %d, %d reserved, %d in use)", cfg.Conns, need, free, maxConn, reserved, inUse)
+	}
+	return nil
 }
 
 func progressf(w io.Writer, format string, args ...any) {

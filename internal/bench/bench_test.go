@@ -272,6 +272,10 @@ func TestConfigErrorsNameTheSetting(t *testing.T) {
 		{Config{Workload: WorkloadDrain, Runs: -1}, "runs"},
 		{Config{Workload: WorkloadDrain, Retained: -5}, "retained"},
 		{Config{Workload: WorkloadDrain, IdleXact: -time.Second}, "idle-xact"},
+		{Config{Workload: WorkloadDrain, Queues: -2}, "queues"},
+		{Config{Workload: WorkloadDrain, ArgsBytes: -1}, "args bytes"},
+		{Config{Workload: WorkloadDrain, JobSleep: -time.Second}, "job sleep"},
+		{Config{Workload: WorkloadDrain, Conns: 5000}, "conns"},
 	} {
 		_, err := Run(context.Background(), tc.cfg)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -322,5 +326,103 @@ func TestTraceSQLShowsTheStatementsOfTheRun(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("trace lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// A pool larger than the server's free connections fails before any run, naming the
+// setting and the server's limit.
+func TestConnsBeyondTheServersLimit(t *testing.T) {
+	t.Parallel()
+	cfg := tiny(t, WorkloadDrain)
+	cfg.Conns = maxConns
+	_, err := Run(context.Background(), cfg)
+	if err == nil || !strings.Contains(err.Error(), "conns: 1024") || !strings.Contains(err.Error(), "max_connections") {
+		t.Fatalf("run with a pool of %d: error %v, want one naming conns and max_connections", cfg.Conns, err)
+	}
+}
+
+// Each side spreads the jobs over the queues round robin and pads their args to the
+// asked size, stored at full size (the padding does not compress).
+func TestQueuesAndArgsPadding(t *testing.T) {
+	t.Parallel()
+	cfg := tiny(t, WorkloadDrain)
+	cfg.Queues, cfg.ArgsBytes = 7, 5000
+	cfg = cfg.withDefaults()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, s := range []system{newFenceqSystem(cfg), newRiverSystem(cfg)} {
+		e, err := newEnv(ctx, cfg, s.name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		func() {
+			defer e.close()
+			if err := s.setup(ctx, e); err != nil {
+				t.Fatal(err)
+			}
+			if err := prefill(ctx, e, s, kindNoop, 0, 70, "test"); err != nil {
+				t.Fatalf("%s: %v", s.name(), err)
+			}
+			var queues, perQueueMin, perQueueMax, minSize int
+			q := `SELECT count(DISTINCT queue), min(n), max(n), min(size) FROM (
+			    SELECT queue, count(*) OVER (PARTITION BY queue) AS n, pg_column_size(args) AS size FROM ` + s.jobTable() + `) x`
+			if err := e.admin.QueryRow(ctx, q).Scan(&queues, &perQueueMin, &perQueueMax, &minSize); err != nil {
+				t.Fatal(err)
+			}
+			if queues != 7 || perQueueMin != 10 || perQueueMax != 10 {
+				t.Errorf("%s: %d queues of %d–%d jobs, want 7 of 10", s.name(), queues, perQueueMin, perQueueMax)
+			}
+			if minSize < 5000 {
+				t.Errorf("%s: args stored in %d bytes, want at least the 5000 of the padding", s.name(), minSize)
+			}
+		}()
+	}
+}
+
+// Jobs that sleep make many run at once; the run reports how many, the memory per
+// 1,000 of them and the allocations per job.
+func TestJobSleepReportsMemoryPerRunningJob(t *testing.T) {
+	t.Parallel()
+	cfg := tiny(t, WorkloadDrain)
+	cfg.Jobs, cfg.Workers, cfg.JobSleep = 300, 150, time.Second
+	rep := run(t, cfg)
+	if len(rep.Systems) != 1 {
+		t.Fatalf("%d sides, want fenceq alone (the bare-SQL ceiling runs no handlers)", len(rep.Systems))
+	}
+	m := rep.Systems[0].Runs[0].Metrics
+	if m[MetricJobs] != 300 {
+		t.Fatalf("%v jobs worked, want 300", m[MetricJobs])
+	}
+	if p := m[MetricPeakRunning]; p < minRunningForMemory || p > 150 {
+		t.Fatalf("peak of %v jobs running at once, want between %d and the 150 slots", p, minRunningForMemory)
+	}
+	for _, k := range []string{MetricRSSPeakMB, MetricGoMemPer1kRunning, MetricAllocsPerJob, MetricAllocBytesPerJob} {
+		if v, ok := m[k]; !ok || v <= 0 {
+			t.Errorf("%s = %v (reported %v), want a positive figure", k, v, ok)
+		}
+	}
+	if _, ok := m[MetricRSSPer1kRunning]; !ok {
+		t.Errorf("no %s", MetricRSSPer1kRunning)
+	}
+	if !strings.Contains(rep.settingsLine(), "each job sleeping 1s") {
+		t.Errorf("settings line does not mention the sleep: %s", rep.settingsLine())
+	}
+}
+
+func TestQueueNamesAndPadding(t *testing.T) {
+	t.Parallel()
+	if got := benchQueueNames(1); len(got) != 1 || got[0] != "default" {
+		t.Errorf("one queue: %v, want [default]", got)
+	}
+	c := Config{Workload: WorkloadDrain, Queues: 3}.withDefaults()
+	for seq, want := range map[int64]string{0: "bench_0000", 4: "bench_0001", -5: "bench_0002"} {
+		if got := c.queueOf(seq); got != want {
+			t.Errorf("queueOf(%d) = %s, want %s", seq, got, want)
+		}
+	}
+	p := argsPadding(1000)
+	if len(p) != 1000 || p != argsPadding(1000) || strings.Trim(p, padAlphabet) != "" {
+		t.Errorf("padding of 1000: %d bytes, reproducible %v, outside the alphabet %q",
+			len(p), p == argsPadding(1000), strings.Trim(p, padAlphabet))
 	}
 }

@@ -30,9 +30,13 @@ func (s *fenceqSystem) name() string     { return SystemFenceq }
 func (s *fenceqSystem) jobTable() string { return "fenceq_jobs" }
 
 func (s *fenceqSystem) workerConfig(hs *fenceq.Handlers, hooks ...fenceq.Hook) fenceq.Config {
+	queues := make(map[string]fenceq.QueueConfig, len(s.cfg.queueNames))
+	for _, q := range s.cfg.queueNames {
+		queues[q] = fenceq.QueueConfig{MaxWorkers: s.cfg.Workers}
+	}
 	return fenceq.Config{
 		Handlers:       hs,
-		Queues:         map[string]fenceq.QueueConfig{"default": {MaxWorkers: s.cfg.Workers}},
+		Queues:         queues,
 		ClaimBatchSize: s.cfg.ClaimBatch,
 		Logger:         s.cfg.Logger,
 		Hooks:          hooks,
@@ -42,8 +46,8 @@ func (s *fenceqSystem) workerConfig(hs *fenceq.Handlers, hooks ...fenceq.Hook) f
 func (s *fenceqSystem) describe() string {
 	c := s.effectiveConfig()
 	var b strings.Builder
-	fmt.Fprintf(&b, "fenceq worker, queue default MaxWorkers=%d, ClaimBatchSize=%d, CompleteBatchSize=%d, ",
-		s.cfg.Workers, c.ClaimBatchSize, c.CompleteBatchSize)
+	fmt.Fprintf(&b, "fenceq worker, %s MaxWorkers=%d, ClaimBatchSize=%d, CompleteBatchSize=%d, ",
+		queuesPhrase(s.cfg), s.cfg.Workers, c.ClaimBatchSize, c.CompleteBatchSize)
 	fmt.Fprintf(&b, "LeaseDuration=%s, HeartbeatInterval=%s, PollInterval=%s, LISTEN/NOTIFY on; ",
 		c.LeaseDuration, c.HeartbeatInterval, c.PollInterval)
 	fmt.Fprintf(&b, "pool of %d conns; inserts via EnqueueMany (COPY) and Enqueue; fenced jobs via Job.Commit", s.cfg.Conns)
@@ -74,10 +78,9 @@ func (s *fenceqSystem) setup(ctx context.Context, e *env) error {
 func (s *fenceqSystem) insertBatch(ctx context.Context, e *env, kind string, seqs []int64) error {
 	items := make([]fenceq.EnqueueItem, len(seqs))
 	for i, seq := range seqs {
-		if kind == kindFenced {
-			items[i].Args = fencedArgs{Seq: seq}
-		} else {
-			items[i].Args = noopArgs{Seq: seq}
+		items[i].Args = s.args(kind, seq)
+		if q := s.cfg.queueOf(seq); q != "default" {
+			items[i].Opts = &fenceq.InsertOpts{Queue: q}
 		}
 	}
 	n, err := fenceq.EnqueueMany(ctx, e.pool, items)
@@ -91,16 +94,24 @@ func (s *fenceqSystem) insertBatch(ctx context.Context, e *env, kind string, seq
 }
 
 func (s *fenceqSystem) insertOne(ctx context.Context, e *env, kind string, seq int64) error {
-	var args fenceq.JobArgs = noopArgs{Seq: seq}
-	if kind == kindFenced {
-		args = fencedArgs{Seq: seq}
+	var opts *fenceq.InsertOpts
+	if q := s.cfg.queueOf(seq); q != "default" {
+		opts = &fenceq.InsertOpts{Queue: q}
 	}
-	_, err := fenceq.Enqueue(ctx, e.pool, args, nil)
+	_, err := fenceq.Enqueue(ctx, e.pool, s.args(kind, seq), opts)
 	return err
 }
 
-func (s *fenceqSystem) retain(ctx context.Context, e *env, n int) error {
-	_, err := e.admin.Exec(ctx, sqlRetainFenceq, n)
+// args are the args of the job with this kind and sequence number.
+func (s *fenceqSystem) args(kind string, seq int64) fenceq.JobArgs {
+	if kind == kindFenced {
+		return fencedArgs{Seq: seq, Pad: s.cfg.padding}
+	}
+	return noopArgs{Seq: seq, Pad: s.cfg.padding}
+}
+
+func (s *fenceqSystem) retain(ctx context.Context, e *env, from, to int64) error {
+	_, err := e.admin.Exec(ctx, sqlRetainFenceq, from, to)
 	return err
 }
 
@@ -117,12 +128,14 @@ func (c completionCounter) JobFinished(_ context.Context, _ *fenceq.JobRow, res 
 
 func (s *fenceqSystem) start(ctx context.Context, e *env, h hooks) (func(context.Context) error, error) {
 	hs := fenceq.NewHandlers()
-	fenceq.AddHandler(hs, func(_ context.Context, j *fenceq.Job[noopArgs]) error {
+	fenceq.AddHandler(hs, func(ctx context.Context, j *fenceq.Job[noopArgs]) error {
 		h.started(j.Args.Seq)
+		pause(ctx, s.cfg.JobSleep)
 		return nil
 	}, nil)
 	fenceq.AddHandler(hs, func(ctx context.Context, j *fenceq.Job[fencedArgs]) error {
 		h.started(j.Args.Seq)
+		pause(ctx, s.cfg.JobSleep)
 		return j.Commit(ctx, func(ctx context.Context, tx pgx.Tx) error {
 			return writeResult(ctx, tx, j.ID)
 		})

@@ -44,6 +44,21 @@ const (
 	// CPU time (user + system) of the bench process per job during the measured phase:
 	// the side's workers plus the bench's own inserts (steady, latency), not the server's.
 	MetricClientCPUPerJob = "client_cpu_us_per_job"
+	// Heap allocations of the bench process per job during the measured phase, objects
+	// and bytes (runtime.MemStats Mallocs and TotalAlloc): like the CPU time, the side's
+	// workers plus the bench's own inserts.
+	MetricAllocsPerJob     = "allocs_per_job"
+	MetricAllocBytesPerJob = "alloc_bytes_per_job"
+	// drain and fenced: the most jobs running at once (started by a handler, completion
+	// not yet reported), and the bench process's largest resident set (VmRSS) meanwhile.
+	MetricPeakRunning = "peak_running"
+	MetricRSSPeakMB   = "rss_peak_mb"
+	// drain and fenced with --job-sleep, when at least 100 jobs ran at once: how much
+	// the resident set (VmRSS) and the Go heap objects and goroutine stacks (sampled
+	// right after a collection) grew from the start of the measured phase to the moment
+	// the most jobs were running, per 1,000 of them (MiB).
+	MetricRSSPer1kRunning   = "rss_mb_per_1k_running"
+	MetricGoMemPer1kRunning = "go_mb_per_1k_running"
 )
 
 var workloadMetrics = map[string][]string{
@@ -54,8 +69,9 @@ var workloadMetrics = map[string][]string{
 	WorkloadLatency: {MetricP50, MetricP95, MetricP99, MetricMeanMs, MetricMaxMs, MetricPickupP50, MetricPickupP99, MetricArrivalRate},
 }
 
-var statMetrics = []string{MetricJobs, MetricSeconds, MetricClientCPUPerJob, MetricWALPerJob,
-	MetricCommitsPerJob, MetricUpdatesPerJob, MetricHOTPct, MetricDeadTuples}
+var statMetrics = []string{MetricJobs, MetricSeconds, MetricClientCPUPerJob, MetricAllocsPerJob,
+	MetricAllocBytesPerJob, MetricPeakRunning, MetricRSSPeakMB, MetricRSSPer1kRunning, MetricGoMemPer1kRunning,
+	MetricWALPerJob, MetricCommitsPerJob, MetricUpdatesPerJob, MetricHOTPct, MetricDeadTuples}
 
 // Metrics returns the metrics reported for a workload: its headline figures first,
 // then the per-job statistics.
@@ -137,6 +153,9 @@ type Settings struct {
 	IdleXact        string `json:"idle_xact,omitempty"`
 	Checkpoint      bool   `json:"checkpoint_before_each_run"`
 	CeilingClaimers int    `json:"ceiling_claimers,omitempty"`
+	Queues          int    `json:"queues"`
+	ArgsBytes       int    `json:"args_bytes,omitempty"`
+	JobSleep        string `json:"job_sleep,omitempty"`
 }
 
 // Conditions describes the machine and server the figures come from.
@@ -165,7 +184,11 @@ type Report struct {
 func newReport(ctx context.Context, cfg Config, systems []system) (*Report, error) {
 	r := &Report{Workload: cfg.Workload, Settings: Settings{
 		Workers: cfg.Workers, Conns: cfg.Conns, Runs: cfg.Runs, Retained: cfg.Retained, Checkpoint: cfg.Checkpoint,
+		Queues: cfg.Queues, ArgsBytes: cfg.ArgsBytes,
 	}}
+	if cfg.JobSleep > 0 {
+		r.Settings.JobSleep = cfg.JobSleep.String()
+	}
 	switch cfg.Workload {
 	case WorkloadSteady:
 		r.Settings.Duration = cfg.Duration.String()
@@ -298,8 +321,18 @@ func (r *Report) settingsLine() string {
 	if s.Rate > 0 {
 		parts = append(parts, fmt.Sprintf("at %d jobs/s", s.Rate))
 	}
-	parts = append(parts, fmt.Sprintf("%d workers", s.Workers), fmt.Sprintf("%d conns per side", s.Conns),
-		fmt.Sprintf("%d runs alternating", s.Runs))
+	if s.Queues > 1 {
+		parts = append(parts, fmt.Sprintf("%d queues of %d workers", s.Queues, s.Workers))
+	} else {
+		parts = append(parts, fmt.Sprintf("%d workers", s.Workers))
+	}
+	parts = append(parts, fmt.Sprintf("%d conns per side", s.Conns), fmt.Sprintf("%d runs alternating", s.Runs))
+	if s.ArgsBytes > 0 {
+		parts = append(parts, fmt.Sprintf("args padded by %d bytes", s.ArgsBytes))
+	}
+	if s.JobSleep != "" {
+		parts = append(parts, "each job sleeping "+s.JobSleep)
+	}
 	if s.Retained > 0 {
 		parts = append(parts, fmt.Sprintf("%d finished jobs retained", s.Retained))
 	}

@@ -33,18 +33,21 @@ func (riverFencedArgs) Kind() string { return kindFenced }
 
 type riverNoopWorker struct {
 	river.WorkerDefaults[riverNoopArgs]
-	h hooks
+	h     hooks
+	sleep time.Duration
 }
 
-func (w *riverNoopWorker) Work(_ context.Context, j *river.Job[riverNoopArgs]) error {
+func (w *riverNoopWorker) Work(ctx context.Context, j *river.Job[riverNoopArgs]) error {
 	w.h.started(j.Args.Seq)
+	pause(ctx, w.sleep)
 	return nil
 }
 
 type riverFencedWorker struct {
 	river.WorkerDefaults[riverFencedArgs]
-	h    hooks
-	pool interface {
+	h     hooks
+	sleep time.Duration
+	pool  interface {
 		Begin(ctx context.Context) (pgx.Tx, error)
 	}
 }
@@ -53,6 +56,7 @@ type riverFencedWorker struct {
 // transaction, River's transactional completion (JobCompleteTx).
 func (w *riverFencedWorker) Work(ctx context.Context, j *river.Job[riverFencedArgs]) error {
 	w.h.started(j.Args.Seq)
+	pause(ctx, w.sleep)
 	tx, err := w.pool.Begin(ctx)
 	if err != nil {
 		return err
@@ -91,10 +95,10 @@ func (s *riverSystem) name() string     { return SystemRiver }
 func (s *riverSystem) jobTable() string { return "river_job" }
 
 func (s *riverSystem) describe() string {
-	return fmt.Sprintf("River %s client (riverpgxv5), queue default MaxWorkers=%d, FetchCooldown=%s, "+
+	return fmt.Sprintf("River %s client (riverpgxv5), %s MaxWorkers=%d, FetchCooldown=%s, "+
 		"FetchPollInterval=%s (the settings of River's own benchmark), other settings default; "+
 		"pool of %d conns; inserts via InsertManyFast (COPY) and Insert; fenced jobs via JobCompleteTx",
-		RiverVersion, s.cfg.Workers, riverFetchCooldown, riverFetchPollInterval, s.cfg.Conns)
+		RiverVersion, queuesPhrase(s.cfg), s.cfg.Workers, riverFetchCooldown, riverFetchPollInterval, s.cfg.Conns)
 }
 
 func (s *riverSystem) setup(ctx context.Context, e *env) error {
@@ -131,11 +135,8 @@ func (s *riverSystem) insertBatch(ctx context.Context, e *env, kind string, seqs
 	}
 	ps := make([]river.InsertManyParams, len(seqs))
 	for i, seq := range seqs {
-		if kind == kindFenced {
-			ps[i].Args = riverFencedArgs{Seq: seq}
-		} else {
-			ps[i].Args = riverNoopArgs{Seq: seq}
-		}
+		ps[i].Args = s.args(kind, seq)
+		ps[i].InsertOpts = s.insertOpts(seq)
 	}
 	n, err := c.InsertManyFast(ctx, ps)
 	if err != nil {
@@ -152,28 +153,45 @@ func (s *riverSystem) insertOne(ctx context.Context, e *env, kind string, seq in
 	if err != nil {
 		return err
 	}
-	var args river.JobArgs = riverNoopArgs{Seq: seq}
-	if kind == kindFenced {
-		args = riverFencedArgs{Seq: seq}
-	}
-	_, err = c.Insert(ctx, args, nil)
+	_, err = c.Insert(ctx, s.args(kind, seq), s.insertOpts(seq))
 	return err
 }
 
-func (s *riverSystem) retain(ctx context.Context, e *env, n int) error {
-	_, err := e.admin.Exec(ctx, sqlRetainRiver, n)
+// args are the args of the job with this kind and sequence number.
+func (s *riverSystem) args(kind string, seq int64) river.JobArgs {
+	if kind == kindFenced {
+		return riverFencedArgs{Seq: seq, Pad: s.cfg.padding}
+	}
+	return riverNoopArgs{Seq: seq, Pad: s.cfg.padding}
+}
+
+// insertOpts name the queue of the job with this sequence number, unless it is the
+// default queue.
+func (s *riverSystem) insertOpts(seq int64) *river.InsertOpts {
+	if q := s.cfg.queueOf(seq); q != river.QueueDefault {
+		return &river.InsertOpts{Queue: q}
+	}
+	return nil
+}
+
+func (s *riverSystem) retain(ctx context.Context, e *env, from, to int64) error {
+	_, err := e.admin.Exec(ctx, sqlRetainRiver, from, to)
 	return err
 }
 
 func (s *riverSystem) start(ctx context.Context, e *env, h hooks) (func(context.Context) error, error) {
 	workers := river.NewWorkers()
-	river.AddWorker(workers, &riverNoopWorker{h: h})
-	river.AddWorker(workers, &riverFencedWorker{h: h, pool: e.pool})
+	river.AddWorker(workers, &riverNoopWorker{h: h, sleep: s.cfg.JobSleep})
+	river.AddWorker(workers, &riverFencedWorker{h: h, sleep: s.cfg.JobSleep, pool: e.pool})
+	queues := make(map[string]river.QueueConfig, len(s.cfg.queueNames))
+	for _, q := range s.cfg.queueNames {
+		queues[q] = river.QueueConfig{MaxWorkers: s.cfg.Workers}
+	}
 	c, err := river.NewClient(riverpgxv5.New(e.pool), &river.Config{
 		FetchCooldown:     riverFetchCooldown,
 		FetchPollInterval: riverFetchPollInterval,
 		Logger:            s.cfg.Logger,
-		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: s.cfg.Workers}},
+		Queues:            queues,
 		Workers:           workers,
 	})
 	if err != nil {

@@ -21,18 +21,19 @@ const sqlInsertOutbox = `INSERT INTO bench_outbox (dedupe_key, payload) VALUES (
 const sqlCountFenced = `
 SELECT (SELECT count(*) FROM bench_results), (SELECT count(*) FROM bench_outbox)`
 
-// Retained finished jobs, inserted in one statement: $1 how many.
+// Retained finished jobs, inserted server-side from generate_series: $1 the first, $2
+// the last sequence number (stored negated, so the run's own jobs are told apart).
 const sqlRetainFenceq = `
 INSERT INTO fenceq_jobs (queue, kind, args, state, attempt, lease_gen, finished_at, run_at, created_at)
 SELECT 'default', 'bench_noop', jsonb_build_object('seq', -g), 'completed', 1, 1,
        now() - interval '1 hour', now() - interval '1 hour', now() - interval '1 hour'
-FROM generate_series(1, $1) g`
+FROM generate_series($1::bigint, $2::bigint) g`
 
 const sqlRetainRiver = `
 INSERT INTO river_job (queue, kind, args, state, attempt, max_attempts, finalized_at, scheduled_at, created_at, attempted_at)
 SELECT 'default', 'bench_noop', jsonb_build_object('seq', -g), 'completed', 1, 25,
        now() - interval '1 hour', now() - interval '1 hour', now() - interval '1 hour', now() - interval '1 hour'
-FROM generate_series(1, $1) g`
+FROM generate_series($1::bigint, $2::bigint) g`
 
 // Outcome of the jobs a run inserted (seq >= 0), for the exactly-once checks.
 const sqlVerifyFenceq = `
@@ -105,3 +106,8 @@ const sqlServerVersion = `SELECT current_setting('server_version'), current_sett
     current_setting('synchronous_commit'), current_setting('shared_buffers')`
 
 const sqlCheckpoint = `CHECKPOINT`
+
+// The server's connection limit, the connections reserved for superusers and those in
+// use now (this one included).
+const sqlConnectionLimits = `SELECT current_setting('max_connections')::int,
+    current_setting('superuser_reserved_connections')::int, (SELECT count(*) FROM pg_stat_activity)::int`

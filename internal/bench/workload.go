@@ -17,9 +17,33 @@ const (
 	kindFenced = "bench_fenced"
 )
 
-// benchArgs are the args of every benchmark job: a sequence number, unique per run.
+// benchArgs are the args of every benchmark job: a sequence number, unique per run,
+// and the padding of Config.ArgsBytes.
 type benchArgs struct {
-	Seq int64 `json:"seq"`
+	Seq int64  `json:"seq"`
+	Pad string `json:"pad,omitempty"`
+}
+
+// queuesPhrase describes the queues of a side for the report.
+func queuesPhrase(c Config) string {
+	if len(c.queueNames) <= 1 {
+		return "queue default"
+	}
+	return fmt.Sprintf("%d queues (jobs round robin), each", len(c.queueNames))
+}
+
+// pause is what a handler does besides reporting its start: it sleeps Config.JobSleep,
+// or until its context ends.
+func pause(ctx context.Context, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
 }
 
 // hooks are what a system's handlers report to the workload driving them.
@@ -43,8 +67,8 @@ type system interface {
 	insertBatch(ctx context.Context, e *env, kind string, seqs []int64) error
 	// insertOne inserts one job with a single-row insert.
 	insertOne(ctx context.Context, e *env, kind string, seq int64) error
-	// retain inserts n finished jobs.
-	retain(ctx context.Context, e *env, n int) error
+	// retain inserts the finished jobs with sequence numbers from..to (stored negated).
+	retain(ctx context.Context, e *env, from, to int64) error
 	// start starts working jobs; stop shuts down gracefully.
 	start(ctx context.Context, e *env, h hooks) (stop func(context.Context) error, err error)
 	// verify returns (jobs inserted by the run, completed, completed at the first attempt).
@@ -73,6 +97,27 @@ func prefill(ctx context.Context, e *env, s system, kind string, from, n int64, 
 	return nil
 }
 
+// retainChunk is how many finished jobs one statement of retainFinished inserts: one
+// transaction of ten million rows would hold its locks and snapshot for minutes and say
+// nothing meanwhile.
+const retainChunk = 1_000_000
+
+// retainFinished inserts n finished jobs, a chunk per statement, with progress.
+func retainFinished(ctx context.Context, e *env, s system, n int64) error {
+	t0 := time.Now()
+	for from := int64(1); from <= n; from += retainChunk {
+		to := min(n, from+retainChunk-1)
+		if err := s.retain(ctx, e, from, to); err != nil {
+			return fmt.Errorf("retain finished jobs %d–%d: %w", from, to, err)
+		}
+		if n > retainChunk {
+			progressf(e.cfg.Progress, "  %s: %d/%d finished jobs retained (%s)\n", s.name(), to, n,
+				time.Since(t0).Round(time.Second))
+		}
+	}
+	return nil
+}
+
 // runOnce runs the workload once on one side in a fresh schema.
 func runOnce(ctx context.Context, cfg Config, s system, idx int) (*RunResult, error) {
 	e, err := newEnv(ctx, cfg, s.name())
@@ -89,8 +134,8 @@ func runOnce(ctx context.Context, cfg Config, s system, idx int) (*RunResult, er
 		}
 	}
 	if cfg.Retained > 0 {
-		if err := s.retain(ctx, e, cfg.Retained); err != nil {
-			return nil, fmt.Errorf("retain %d finished jobs: %w", cfg.Retained, err)
+		if err := retainFinished(ctx, e, s, int64(cfg.Retained)); err != nil {
+			return nil, err
 		}
 	}
 	w := workloads[cfg.Workload]
@@ -123,7 +168,9 @@ func runOnce(ctx context.Context, cfg Config, s system, idx int) (*RunResult, er
 		}
 	}
 	cpu0, cpuOK := processCPU()
+	alloc0 := readAllocs()
 	res, err := w.measure(ctx, e, s)
+	alloc1 := readAllocs()
 	cpu1, _ := processCPU()
 	idle.end()
 	if err != nil {
@@ -131,6 +178,10 @@ func runOnce(ctx context.Context, cfg Config, s system, idx int) (*RunResult, er
 	}
 	if cpuOK && res.jobs > 0 {
 		res.m[MetricClientCPUPerJob] = float64((cpu1 - cpu0).Microseconds()) / float64(res.jobs)
+	}
+	if res.jobs > 0 {
+		res.m[MetricAllocsPerJob] = float64(alloc1.objects-alloc0.objects) / float64(res.jobs)
+		res.m[MetricAllocBytesPerJob] = float64(alloc1.bytes-alloc0.bytes) / float64(res.jobs)
 	}
 	if e.trace != nil {
 		e.trace.write(cfg.Progress, fmt.Sprintf("%s run %d", s.name(), idx), 8)
@@ -271,13 +322,17 @@ func drainLimit(n int) time.Duration { return time.Minute + time.Duration(n)*tim
 func measureDrain(ctx context.Context, e *env, s system) (measured, error) {
 	n := int64(e.cfg.Jobs)
 	c := newCounter()
+	mem := startMemWatch(c.n.Load, e.cfg.JobSleep > 0)
 	t0 := time.Since(c.base)
-	stop, err := s.start(ctx, e, hooks{started: func(int64) {}, done: c.done})
+	stop, err := s.start(ctx, e, hooks{started: func(int64) { mem.started.Add(1) }, done: c.done})
 	if err != nil {
+		mem.end(map[string]float64{})
 		return measured{}, fmt.Errorf("start %s: %w", s.name(), err)
 	}
-	werr := c.waitFor(ctx, e, s.name(), n, drainLimit(e.cfg.Jobs))
+	werr := c.waitFor(ctx, e, s.name(), n, drainLimit(e.cfg.Jobs)+time.Duration(n/int64(e.cfg.Workers*e.cfg.Queues)+1)*e.cfg.JobSleep)
 	elapsed := time.Duration(c.last.Load()) - t0
+	m := map[string]float64{}
+	mem.end(m)
 	serr := stopSystem(s, stop)
 	if werr != nil {
 		// The side's own error (a claimer that failed, a verification) says why.
@@ -287,14 +342,10 @@ func measureDrain(ctx context.Context, e *env, s system) (measured, error) {
 		return measured{}, serr
 	}
 	got := c.n.Load()
-	return measured{
-		m: map[string]float64{
-			MetricJobsPerSec: float64(got) / elapsed.Seconds(),
-			MetricJobs:       float64(got),
-			MetricSeconds:    elapsed.Seconds(),
-		},
-		jobs: got, inserted: n, completed: got, all: true,
-	}, nil
+	m[MetricJobsPerSec] = float64(got) / elapsed.Seconds()
+	m[MetricJobs] = float64(got)
+	m[MetricSeconds] = elapsed.Seconds()
+	return measured{m: m, jobs: got, inserted: n, completed: got, all: true}, nil
 }
 
 func stopSystem(s system, stop func(context.Context) error) error {
