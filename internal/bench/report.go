@@ -69,14 +69,33 @@ var workloadMetrics = map[string][]string{
 	WorkloadLatency: {MetricP50, MetricP95, MetricP99, MetricMeanMs, MetricMaxMs, MetricPickupP50, MetricPickupP99, MetricArrivalRate},
 }
 
-var statMetrics = []string{MetricJobs, MetricSeconds, MetricClientCPUPerJob, MetricAllocsPerJob,
-	MetricAllocBytesPerJob, MetricPeakRunning, MetricRSSPeakMB, MetricRSSPer1kRunning, MetricGoMemPer1kRunning,
-	MetricWALPerJob, MetricCommitsPerJob, MetricUpdatesPerJob, MetricHOTPct, MetricDeadTuples}
+var (
+	// Reported by every run: the process's own costs, then the server's.
+	processMetrics = []string{MetricJobs, MetricSeconds, MetricClientCPUPerJob, MetricAllocsPerJob, MetricAllocBytesPerJob}
+	serverMetrics  = []string{MetricWALPerJob, MetricCommitsPerJob, MetricUpdatesPerJob, MetricHOTPct, MetricDeadTuples}
+	// Reported by the runs of drain and fenced.
+	runningMetrics = []string{MetricPeakRunning, MetricRSSPeakMB}
+	// Reported by the runs of drain and fenced whose jobs sleep (Config.JobSleep).
+	memoryMetrics = []string{MetricRSSPer1kRunning, MetricGoMemPer1kRunning}
+)
 
-// Metrics returns the metrics reported for a workload: its headline figures first,
-// then the per-job statistics.
+// Metrics returns the metrics every run of a workload reports: its headline figures
+// first, then the per-job statistics. Runs whose jobs sleep report memoryMetrics too.
 func Metrics(workload string) []string {
-	return append(slices.Clone(workloadMetrics[workload]), statMetrics...)
+	return metricsOf(workload, false)
+}
+
+// metricsOf returns the metrics of a workload in the report's order, with
+// memoryMetrics where the workload has them and withMemory is set.
+func metricsOf(workload string, withMemory bool) []string {
+	out := append(slices.Clone(workloadMetrics[workload]), processMetrics...)
+	if workload == WorkloadDrain || workload == WorkloadFenced {
+		out = append(out, runningMetrics...)
+		if withMemory {
+			out = append(out, memoryMetrics...)
+		}
+	}
+	return append(out, serverMetrics...)
 }
 
 // RunResult is one run of one side.
@@ -235,7 +254,7 @@ func (r *Report) finish(context.Context, Config) {
 	r.Conditions.Elapsed = time.Since(r.Conditions.Started).Round(time.Second).String()
 	for _, s := range r.Systems {
 		s.Summary = map[string]Summary{}
-		for _, m := range Metrics(r.Workload) {
+		for _, m := range metricsOf(r.Workload, true) {
 			var vals []float64
 			for _, run := range s.Runs {
 				if v, ok := run.Metrics[m]; ok {
@@ -282,7 +301,7 @@ func (r *Report) WriteText(w io.Writer) error {
 	b.WriteString("\n")
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "metric\tsystem\tmedian\tmin\tmax\tmax/min\truns\t\n")
-	for _, m := range Metrics(r.Workload) {
+	for _, m := range metricsOf(r.Workload, true) {
 		for i, s := range r.Systems {
 			sum, ok := s.Summary[m]
 			if !ok {
