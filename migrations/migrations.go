@@ -154,7 +154,7 @@ func (s Set) run(ctx context.Context, pool *pgxpool.Pool, what string, refuseDir
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
-	m, err := migrate.NewWithInstance("iofs", src, "pgx5", drv)
+	m, err := migrate.NewWithInstance("iofs", src, "pgx5", stepDriver{drv})
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
