@@ -217,12 +217,12 @@ func InsertMany(ctx context.Context, db Beginner, ps []InsertParams) (int64, err
 	if err != nil {
 		return 0, fmt.Errorf("copy %d jobs into staging: %w", len(ps), err)
 	}
-	tag, err := tx.Exec(ctx, sqlInsertFromStaging)
-	if err != nil {
+	var inserted int64
+	if err := tx.QueryRow(ctx, sqlInsertFromStaging).Scan(&inserted); err != nil {
 		return 0, fmt.Errorf("insert %d staged jobs: %w", len(ps), err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return 0, fmt.Errorf("copy %d jobs: commit: %w", len(ps), err)
 	}
-	return tag.RowsAffected(), nil
+	return inserted, nil
 }

@@ -14,12 +14,12 @@ const periodicColumns = `name, spec, timezone, kind, args, queue, priority, max_
 // definition is unchanged is not written.
 const sqlUpsertPeriodic = `
 INSERT INTO fenceq_periodic (name, spec, timezone, kind, args, queue, priority, max_attempts, missed,
-    run_on_start, source)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+    run_on_start, source, updated_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, now())
 ON CONFLICT (name) DO UPDATE SET spec = EXCLUDED.spec, timezone = EXCLUDED.timezone, kind = EXCLUDED.kind,
     args = EXCLUDED.args, queue = EXCLUDED.queue, priority = EXCLUDED.priority,
     max_attempts = EXCLUDED.max_attempts, missed = EXCLUDED.missed, run_on_start = EXCLUDED.run_on_start,
-    source = EXCLUDED.source, updated_at = now()
+    source = EXCLUDED.source, updated_at = EXCLUDED.updated_at
 WHERE (fenceq_periodic.spec, fenceq_periodic.timezone, fenceq_periodic.kind, fenceq_periodic.args,
        fenceq_periodic.queue, fenceq_periodic.priority, fenceq_periodic.max_attempts, fenceq_periodic.missed,
        fenceq_periodic.run_on_start, fenceq_periodic.source)
@@ -39,15 +39,21 @@ const sqlListPeriodic = `SELECT ` + periodicColumns + `, now() FROM fenceq_perio
 const sqlGetPeriodic = `SELECT ` + periodicColumns + `, now() FROM fenceq_periodic WHERE name = $1`
 
 // sqlSetPeriodicPaused pauses or resumes a schedule. A resume moves last_slot to now():
-// the slots that fell due while it was paused are passed over, not caught up.
+// the slots that fell due while it was paused are passed over, not caught up. The time
+// is read once, in c, so that no function call sits in the CASE or the RETURNING list
+// (Citus evaluates those on the coordinator and refuses them there).
 const sqlSetPeriodicPaused = `
+WITH c AS (SELECT now() AS now)
 UPDATE fenceq_periodic
-SET paused = $2, updated_at = now(),
-    last_slot = CASE WHEN paused AND NOT $2 THEN GREATEST(last_slot, now()) ELSE last_slot END
+SET paused = $2, updated_at = c.now,
+    last_slot = CASE WHEN paused AND NOT $2 THEN GREATEST(last_slot, c.now) ELSE last_slot END
+FROM c
 WHERE name = $1
-RETURNING ` + periodicColumns + `, now()`
+RETURNING ` + periodicColumns + `, c.now`
 
-const sqlRemovePeriodic = `DELETE FROM fenceq_periodic WHERE name = $1 RETURNING ` + periodicColumns + `, now()`
+const sqlRemovePeriodic = `
+WITH c AS (SELECT now() AS now)
+DELETE FROM fenceq_periodic USING c WHERE name = $1 RETURNING ` + periodicColumns + `, c.now`
 
 // sqlTriggerPeriodic enqueues one job of a schedule now, leaving last_slot alone.
 var sqlTriggerPeriodic = `
