@@ -54,13 +54,22 @@ const (
 
 // IsUniqueViolation reports whether err is a unique-constraint violation, and if
 // constraint is not empty, of that constraint (or of its copy on a Citus shard, whose
-// name has the shard id appended).
+// name has the shard id appended, and which a Citus coordinator names only in the
+// message).
 func IsUniqueViolation(err error, constraint string) bool {
 	var pe *pgconn.PgError
 	if !errors.As(err, &pe) || pe.Code != CodeUniqueViolation {
 		return false
 	}
-	return constraint == "" || pe.ConstraintName == constraint || isShardOf(pe.ConstraintName, constraint)
+	name := pe.ConstraintName
+	if name == "" {
+		// A Citus coordinator relays a worker's error without its constraint field;
+		// the message still names it.
+		if _, rest, ok := strings.Cut(pe.Message, `unique constraint "`); ok {
+			name, _, _ = strings.Cut(rest, `"`)
+		}
+	}
+	return constraint == "" || name == constraint || isShardOf(name, constraint)
 }
 
 // isShardOf reports whether name is constraint's name on a Citus shard: the constraint's

@@ -42,7 +42,6 @@ CREATE TEMP TABLE IF NOT EXISTS fenceq_jobs_staging (
     unique_states smallint, unique_period_us bigint, tags text[]) ON COMMIT DROP;
 TRUNCATE fenceq_jobs_staging`
 
-//
 // The rows inserted are counted from RETURNING rather than read from the command tag:
 // on Citus, where the INSERT … SELECT pulls the rows to the coordinator, the tag counts
 // the rows offered, including those ON CONFLICT skipped.
