@@ -326,7 +326,8 @@ upd AS (
     RETURNING j.queue)
 SELECT (SELECT count(*) FROM upd),
        (SELECT count(pg_notify(` + sqlLit(ChannelPrefix) + ` || current_schema(), q))
-        FROM (SELECT DISTINCT queue AS q FROM upd) x)`
+        FROM (SELECT DISTINCT queue AS q FROM upd) x),
+       (SELECT COALESCE(array_agg(DISTINCT queue), '{}') FROM upd)`
 
 // sqlPruneFinished deletes finished jobs older than $1 (µs), at most $2 of them.
 var sqlPruneFinished = `

@@ -87,8 +87,8 @@ ORDER BY p.name`
 // from the value the pass read ($2) to the newest slot decided ($3), on the definition
 // the pass computed the slots from ($4 spec, $5 timezone), and, only when it matched,
 // one job per element of $6 (their metadata), in slot order. $7 is the newest slot
-// enqueued (NULL when none). It returns whether the compare-and-set matched and how many
-// jobs it inserted.
+// enqueued (NULL when none). It returns whether the compare-and-set matched, how many
+// jobs it inserted and the schedule's queue.
 const sqlEnqueuePeriodic = `
 WITH s AS (
     UPDATE fenceq_periodic
@@ -101,14 +101,14 @@ ins AS (
     FROM s, unnest($6::jsonb[]) WITH ORDINALITY AS m(meta, ord)
     ORDER BY m.ord
     RETURNING id)
-SELECT (SELECT count(*) FROM s), (SELECT count(*) FROM ins)`
+SELECT (SELECT count(*) FROM s), (SELECT count(*) FROM ins), (SELECT queue FROM s)`
 
 // sqlEnqueueOnStart inserts the one job of a run-on-start schedule ($2 its metadata).
 const sqlEnqueueOnStart = `
 INSERT INTO fenceq_jobs (queue, kind, args, priority, max_attempts, metadata)
 SELECT queue, kind, args, priority, max_attempts, $2
 FROM fenceq_periodic WHERE name = $1 AND NOT paused
-RETURNING id`
+RETURNING id, queue`
 
 const sqlTouchPeriodicClock = `UPDATE fenceq_periodic_clock SET heartbeat_at = $1`
 
