@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -81,6 +82,9 @@ func StartCitus(ctx context.Context, opts CitusOptions) (c *Citus, err error) {
 		return nil, err
 	}
 	base := opts.Options
+	if base.Logger == nil {
+		base.Logger = slog.New(slog.DiscardHandler)
+	}
 	base.Settings = map[string]string{
 		"shared_preload_libraries": "citus",
 		// Two-phase commit is how Citus commits a transaction that wrote on more than
