@@ -16,15 +16,20 @@ import (
 
 // sqlInsertJob: $7 the unique key's fixed part, $10 its state mask, $11 its period
 // (µs, 0 for none), $12 tags.
+//
+// A single VALUES row, its run_at spelled out where it is needed (now() is the
+// transaction's time, the same at each place): an INSERT … SELECT, even from a one-row
+// CTE, is one that Citus pulls to the coordinator and then commits in two phases.
 var sqlInsertJob = `
-WITH t AS (SELECT COALESCE($5::timestamptz, now() + $8::bigint * interval '1 microsecond') AS at)
 INSERT INTO fenceq_jobs (queue, kind, args, priority, run_at, max_attempts, unique_key, state, metadata,
     unique_states, tags)
-SELECT $1, $2, $3, $4, t.at, $6, ` + uniqueKeySQL("$7::text", "$11::bigint", "t.at") + `,
-    CASE WHEN t.at > now() THEN ` + sqlScheduled + ` ELSE ` + sqlAvailable + ` END, $9, $10, $12
-FROM t
+VALUES ($1, $2, $3, $4, ` + insertRunAt + `, $6, ` + uniqueKeySQL("$7::text", "$11::bigint", insertRunAt) + `,
+    CASE WHEN ` + insertRunAt + ` > now() THEN ` + sqlScheduled + ` ELSE ` + sqlAvailable + ` END, $9, $10, $12)
 ON CONFLICT (unique_key) WHERE ` + uniqueHeld + ` DO NOTHING
 RETURNING ` + jobColumns
+
+// insertRunAt is the run_at of sqlInsertJob: $5 an absolute time, else now() plus $8 µs.
+const insertRunAt = `COALESCE($5::timestamptz, now() + $8::bigint * interval '1 microsecond')`
 
 // sqlGetUniqueHolder reads the job holding a unique key: $1 the key's fixed part, $2 its
 // period (µs), $3 run_at, $4 run_in (µs), as given to sqlInsertJob.

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -185,7 +186,7 @@ func TestCitus(t *testing.T) {
 
 	t.Run("Demo", func(t *testing.T) {
 		for _, s := range schemas {
-			var out bytes.Buffer
+			var out syncBuffer
 			cfg := demo.Config{Scale: demo.DefaultScale(), DatabaseURL: c.URL(), Schema: s, Timeout: 4 * time.Minute, Stderr: &out}
 			rep, err := demo.Run(ctx, cfg)
 			if err != nil {
@@ -266,6 +267,24 @@ func TestCitus(t *testing.T) {
 		}
 		t.Logf("the core suite passed on Citus:\n%s", summary)
 	})
+}
+
+// syncBuffer is a buffer the demo's goroutines write to at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 // goBinary is the go command of the toolchain running this test.
