@@ -30,6 +30,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -184,7 +185,7 @@ func Claim(ctx context.Context, tx pgx.Tx, p ClaimParams) (*ClaimResult, error) 
 		var committedBefore bool
 		var inserted, current *Record
 		b := &pgx.Batch{}
-		queueWithWait(b, p.Wait, func(b *pgx.Batch) {
+		if err := queueWithWait(ctx, tx, b, p.Wait, func(b *pgx.Batch) {
 			b.Queue(sqlIdemProbe, p.Scope, p.Key).QueryRow(func(row pgx.Row) error {
 				return row.Scan(&committedBefore)
 			})
@@ -198,7 +199,9 @@ func Claim(ctx context.Context, tx pgx.Tx, p ClaimParams) (*ClaimResult, error) 
 				current, err = scanIdemOptional(row)
 				return err
 			})
-		})
+		}); err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			if queue.PgCode(err) == queue.CodeLockNotAvailable {
 				return nil, fmt.Errorf("%s: waited %s for the owner's transaction: %w", what, p.Wait, ErrKeyInFlight)
@@ -240,13 +243,15 @@ func Claim(ctx context.Context, tx pgx.Tx, p ClaimParams) (*ClaimResult, error) 
 func takeOver(ctx context.Context, tx pgx.Tx, p ClaimParams) (*Record, error) {
 	var rec *Record
 	b := &pgx.Batch{}
-	queueWithWait(b, p.Wait, func(b *pgx.Batch) {
+	if err := queueWithWait(ctx, tx, b, p.Wait, func(b *pgx.Batch) {
 		b.Queue(sqlIdemTakeOver, p.Scope, p.Key, p.RequestHash, p.TTL.Microseconds()).QueryRow(func(row pgx.Row) error {
 			var err error
 			rec, err = scanIdemOptional(row)
 			return err
 		})
-	})
+	}); err != nil {
+		return nil, err
+	}
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		if queue.PgCode(err) == queue.CodeLockNotAvailable {
 			return nil, fmt.Errorf("waited %s for a concurrent takeover: %w", p.Wait, ErrKeyInFlight)
@@ -259,16 +264,42 @@ func takeOver(ctx context.Context, tx pgx.Tx, p ClaimParams) (*Record, error) {
 // queueWithWait queues body's statements between setting lock_timeout to wait and
 // restoring the transaction's previous value, all in the same batch: the previous value
 // is kept in a transaction-local custom setting.
-func queueWithWait(b *pgx.Batch, wait time.Duration, body func(b *pgx.Batch)) {
+//
+// On a Citus coordinator (queue.Distributed) the wait must bound the lock taken on the
+// worker node that holds the table, and set_config() reaches only the coordinator: there
+// the settings are changed with SET LOCAL, which Citus passes on to the transaction's
+// worker connections while citus.propagate_set_commands is 'local'. SET takes no
+// expression, so the previous values are read first, in a round trip of their own.
+func queueWithWait(ctx context.Context, tx pgx.Tx, b *pgx.Batch, wait time.Duration, body func(b *pgx.Batch)) error {
 	if wait <= 0 {
 		body(b)
-		return
+		return nil
 	}
-	b.Queue(sqlSaveLockTimeout)
-	b.Queue(sqlSetLockTimeout, lockTimeout(wait))
+	dist, err := queue.Distributed(ctx, tx)
+	if err != nil {
+		return err
+	}
+	if !dist {
+		b.Queue(sqlSaveLockTimeout)
+		b.Queue(sqlSetLockTimeout, lockTimeout(wait))
+		body(b)
+		b.Queue(sqlRestoreLockTimeout)
+		return nil
+	}
+	var prevTimeout, prevPropagate string
+	if err := tx.QueryRow(ctx, sqlReadCitusSettings).Scan(&prevTimeout, &prevPropagate); err != nil {
+		return fmt.Errorf("read lock_timeout: %w", err)
+	}
+	b.Queue("SET LOCAL citus.propagate_set_commands = 'local'")
+	b.Queue("SET LOCAL lock_timeout = " + quoteLiteral(lockTimeout(wait)))
 	body(b)
-	b.Queue(sqlRestoreLockTimeout)
+	b.Queue("SET LOCAL lock_timeout = " + quoteLiteral(prevTimeout))
+	b.Queue("SET LOCAL citus.propagate_set_commands = " + quoteLiteral(prevPropagate))
+	return nil
 }
+
+// quoteLiteral quotes s as an SQL string literal.
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
 // Response is the result an owner stores with its key.
 type Response struct {

@@ -16,6 +16,12 @@ var (
 const idemColumns = `scope, key, request_hash, state, lease_gen, resource_id, response_status,
 	response, created_at, finished_at, expires_at, expires_at < now()`
 
+// idemWritten are the columns the writes return. Each of them has just set expires_at
+// to now() plus a positive TTL, so the key is not expired: false, spelled without now(),
+// which a RETURNING list on Citus may not call.
+const idemWritten = `scope, key, request_hash, state, lease_gen, resource_id, response_status,
+	response, created_at, finished_at, expires_at, false`
+
 // sqlIdemProbe sees only committed rows: run just before the claiming insert, it tells
 // whether the key was already settled or still held by an uncommitted owner.
 const sqlIdemProbe = `SELECT EXISTS (SELECT 1 FROM fenceq_idempotency_keys WHERE scope = $1 AND key = $2)`
@@ -28,7 +34,7 @@ const sqlIdemInsert = `
 INSERT INTO fenceq_idempotency_keys (scope, key, request_hash, expires_at)
 VALUES ($1, $2, $3, now() + $4::bigint * interval '1 microsecond')
 ON CONFLICT (scope, key) DO NOTHING
-RETURNING ` + idemColumns
+RETURNING ` + idemWritten
 
 const sqlIdemGet = `SELECT ` + idemColumns + ` FROM fenceq_idempotency_keys WHERE scope = $1 AND key = $2`
 
@@ -43,16 +49,19 @@ UPDATE fenceq_idempotency_keys SET
     created_at = now(), finished_at = NULL,
     expires_at = now() + $4::bigint * interval '1 microsecond'
 WHERE scope = $1 AND key = $2 AND expires_at < now()
-RETURNING ` + idemColumns
+RETURNING ` + idemWritten
 
 // sqlIdemFinish stores the result of the owner's work; the TTL restarts from now.
 // $3 generation, $4 resource id, $5 status, $6 response.
 var sqlIdemFinish = `
 UPDATE fenceq_idempotency_keys SET
     state = ` + sqlFinished + `, resource_id = $4, response_status = $5, response = $6,
-    finished_at = now(), expires_at = now() + (expires_at - created_at)
+    finished_at = now(),
+    -- now() + (expires_at - created_at), with IMMUTABLE functions over the columns
+    -- (timestamptz + interval is STABLE, which Citus refuses next to a column).
+    expires_at = ((now() AT TIME ZONE 'UTC') + (expires_at - created_at)) AT TIME ZONE 'UTC'
 WHERE scope = $1 AND key = $2 AND lease_gen = $3 AND state = ` + sqlInFlight + `
-RETURNING ` + idemColumns
+RETURNING ` + idemWritten
 
 // sqlIdemRelease gives up an in-flight key its owner could not finish. $3 generation.
 var sqlIdemRelease = `
@@ -81,4 +90,6 @@ const (
 	sqlSaveLockTimeout    = `SELECT set_config('fenceq.saved_lock_timeout', current_setting('lock_timeout'), true)`
 	sqlSetLockTimeout     = `SELECT set_config('lock_timeout', $1, true)`
 	sqlRestoreLockTimeout = `SELECT set_config('lock_timeout', current_setting('fenceq.saved_lock_timeout'), true)`
+	// On Citus: the values SET LOCAL restores afterwards.
+	sqlReadCitusSettings = `SELECT current_setting('lock_timeout'), current_setting('citus.propagate_set_commands')`
 )

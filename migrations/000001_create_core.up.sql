@@ -56,10 +56,25 @@ BEGIN
 END;
 $$;
 
-CREATE TRIGGER fenceq_jobs_notify_insert
-    AFTER INSERT ON fenceq_jobs
-    REFERENCING NEW TABLE AS new_rows
-    FOR EACH STATEMENT EXECUTE FUNCTION fenceq_jobs_notify();
+-- A Citus distributed table cannot have triggers, and a trigger's NOTIFY would run on the
+-- worker node, where the coordinator's listeners never see it: there fenceq's insert
+-- path notifies on the coordinator instead (queue.Insert), and the trigger is left out.
+DO $$
+DECLARE
+    distributed boolean := false;
+BEGIN
+    IF to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL THEN
+        EXECUTE 'SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_dist_partition WHERE logicalrelid = $1)'
+            INTO distributed USING 'fenceq_jobs'::regclass;
+    END IF;
+    IF NOT distributed THEN
+        CREATE TRIGGER fenceq_jobs_notify_insert
+            AFTER INSERT ON fenceq_jobs
+            REFERENCING NEW TABLE AS new_rows
+            FOR EACH STATEMENT EXECUTE FUNCTION fenceq_jobs_notify();
+    END IF;
+END;
+$$;
 
 CREATE TABLE fenceq_workers (
     id           text PRIMARY KEY,

@@ -104,6 +104,16 @@ func (s Set) Up(ctx context.Context, pool *pgxpool.Pool) error {
 	return s.run(ctx, pool, "migrate up", true, func(m *migrate.Migrate) error { return m.Up() })
 }
 
+// Migrate moves the set up or down to version, applying or reverting the migrations
+// in between (version 0 reverts all of them). It is a no-op at that version.
+func (s Set) Migrate(ctx context.Context, pool *pgxpool.Pool, version uint) error {
+	what := fmt.Sprintf("migrate to %d", version)
+	if version == 0 {
+		return s.run(ctx, pool, what, true, func(m *migrate.Migrate) error { return m.Down() })
+	}
+	return s.run(ctx, pool, what, true, func(m *migrate.Migrate) error { return m.Migrate(version) })
+}
+
 // Down reverts the given number of applied migrations of the set; steps <= 0 reverts
 // all of them.
 func (s Set) Down(ctx context.Context, pool *pgxpool.Pool, steps int) error {
@@ -154,7 +164,7 @@ func (s Set) run(ctx context.Context, pool *pgxpool.Pool, what string, refuseDir
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
-	m, err := migrate.NewWithInstance("iofs", src, "pgx5", drv)
+	m, err := migrate.NewWithInstance("iofs", src, "pgx5", stepDriver{drv})
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}

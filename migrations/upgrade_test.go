@@ -6,11 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/golang-migrate/migrate/v4"
-	migratepgx "github.com/golang-migrate/migrate/v4/database/pgx/v5"
-	"github.com/golang-migrate/migrate/v4/source/iofs"
-	"github.com/jackc/pgx/v5/stdlib"
-
 	"github.com/fenceq/fenceq/fenceqtest"
 	"github.com/fenceq/fenceq/migrations"
 	"github.com/fenceq/fenceq/queue"
@@ -24,25 +19,7 @@ func TestUpgradeFrom9KeepsUniqueJobs(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	db := fenceqtest.New(t, &fenceqtest.Options{NoMigrate: true})
-	core := migrations.Core()
-	src, err := iofs.New(core.FS, core.Dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sqlDB := stdlib.OpenDBFromPool(db.Pool)
-	drv, err := migratepgx.WithInstance(sqlDB, &migratepgx.Config{MigrationsTable: migrations.Table})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := migrate.NewWithInstance("iofs", src, "pgx5", drv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = m.Migrate(9)
-	// The driver holds a connection of the pool until closed.
-	_, _ = m.Close()
-	_ = sqlDB.Close()
-	if err != nil {
+	if err := migrations.Core().Migrate(ctx, db.Pool, 9); err != nil {
 		t.Fatalf("migrate to 9: %v", err)
 	}
 	// Version 9's rows: key "held" by an available job and by two completed ones, key

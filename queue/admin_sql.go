@@ -76,8 +76,7 @@ WITH cur AS (
 upd AS (
     UPDATE fenceq_jobs j SET state = ` + sqlCancelled + `, finished_at = now(), lease_expires_at = NULL,
         lease_gen = CASE WHEN c.cstate = ` + sqlRunning + ` THEN j.lease_gen + 1 ELSE j.lease_gen END,
-        errors = j.errors || jsonb_build_array(jsonb_build_object(
-            'at', now(), 'attempt', j.attempt, 'lease_gen', j.lease_gen, 'error', $2::text))
+        errors = j.errors || ` + errorEntry(`'at', now(), 'error', $2::text`, "j.attempt", "j.lease_gen") + `
     FROM cur c WHERE j.id = c.cid AND j.lease_gen = c.cgen
     RETURNING j.*),
 ev AS (
@@ -121,7 +120,7 @@ const sqlSetQueuePaused = `
 INSERT INTO fenceq_queues (name, paused, paused_at, updated_at)
 VALUES ($1, $2, CASE WHEN $2 THEN now() END, now())
 ON CONFLICT (name) DO UPDATE SET paused = EXCLUDED.paused, paused_at = EXCLUDED.paused_at,
-    updated_at = now()`
+    updated_at = EXCLUDED.updated_at`
 
 const sqlListQueues = `
 WITH counts AS MATERIALIZED (

@@ -3,6 +3,7 @@ package queue
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -52,13 +53,38 @@ const (
 )
 
 // IsUniqueViolation reports whether err is a unique-constraint violation, and if
-// constraint is not empty, of that constraint.
+// constraint is not empty, of that constraint (or of its copy on a Citus shard, whose
+// name has the shard id appended, and which a Citus coordinator names only in the
+// message).
 func IsUniqueViolation(err error, constraint string) bool {
 	var pe *pgconn.PgError
 	if !errors.As(err, &pe) || pe.Code != CodeUniqueViolation {
 		return false
 	}
-	return constraint == "" || pe.ConstraintName == constraint
+	name := pe.ConstraintName
+	if name == "" {
+		// A Citus coordinator relays a worker's error without its constraint field;
+		// the message still names it.
+		if _, rest, ok := strings.Cut(pe.Message, `unique constraint "`); ok {
+			name, _, _ = strings.Cut(rest, `"`)
+		}
+	}
+	return constraint == "" || name == constraint || isShardOf(name, constraint)
+}
+
+// isShardOf reports whether name is constraint's name on a Citus shard: the constraint's
+// name, an underscore and the shard id, as a worker node reports it.
+func isShardOf(name, constraint string) bool {
+	rest, ok := strings.CutPrefix(name, constraint+"_")
+	if !ok || rest == "" {
+		return false
+	}
+	for _, c := range rest {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // PgCode returns the SQLSTATE of err, or "" when err is not a PostgreSQL error.

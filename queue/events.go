@@ -92,21 +92,30 @@ func ListLeaseEvents(ctx context.Context, db DBTX, jobID int64, limit int) ([]Le
 	return out, nil
 }
 
+// sqlRecordLeaseLost reads the revocations and earlier expired_holder_alive events of the
+// leases as joins, not as correlated subqueries: Citus plans none next to a CTE. Every
+// part of the statement sees the same snapshot, so the heartbeat_lost rows it inserts
+// are not among those read.
 var sqlRecordLeaseLost = `
 WITH l AS (SELECT * FROM unnest($1::bigint[], $2::bigint[]) AS l(lid, lgen)),
+rev AS (
+    SELECT DISTINCT job_id AS rid, lease_gen AS rgen FROM fenceq_lease_events
+    WHERE job_id = ANY($1::bigint[]) AND kind = ` + sqlEventRevoked + `
+      AND detail LIKE ` + sqlLit(detailExpired+"%") + `),
+seen AS (
+    SELECT DISTINCT job_id AS sid, lease_gen AS sgen FROM fenceq_lease_events
+    WHERE job_id = ANY($1::bigint[]) AND kind = ` + sqlEventHolderAlive + `),
 hb AS (
     INSERT INTO fenceq_lease_events (job_id, lease_gen, worker_id, kind, detail)
     SELECT lid, lgen, $3, ` + sqlEventHeartbeatLost + `, 'heartbeat found the lease gone' FROM l),
 alive AS (
     INSERT INTO fenceq_lease_events (job_id, lease_gen, worker_id, kind, detail)
-    SELECT lid, lgen, $3, ` + sqlEventHolderAlive + `,
+    SELECT l.lid, l.lgen, $3, ` + sqlEventHolderAlive + `,
            'the holder was still running the job when its expired lease was revoked'
     FROM l
-    WHERE EXISTS (SELECT 1 FROM fenceq_lease_events e
-                  WHERE e.job_id = l.lid AND e.lease_gen = l.lgen AND e.kind = ` + sqlEventRevoked + `
-                    AND e.detail LIKE ` + sqlLit(detailExpired+"%") + `)
-      AND NOT EXISTS (SELECT 1 FROM fenceq_lease_events e
-                      WHERE e.job_id = l.lid AND e.lease_gen = l.lgen AND e.kind = ` + sqlEventHolderAlive + `)
+    JOIN rev ON rev.rid = l.lid AND rev.rgen = l.lgen
+    LEFT JOIN seen ON seen.sid = l.lid AND seen.sgen = l.lgen
+    WHERE seen.sid IS NULL
     RETURNING job_id)
 SELECT COALESCE(array_agg(job_id), '{}')::bigint[] FROM alive`
 

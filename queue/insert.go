@@ -136,6 +136,18 @@ func Insert(ctx context.Context, db DBTX, p InsertParams) (*InsertResult, error)
 	if err := p.normalize(); err != nil {
 		return nil, err
 	}
+	var res *InsertResult
+	err := withConn(ctx, db, func(db DBTX) error {
+		var err error
+		if res, err = insert(ctx, db, p); err != nil || res.Existing || res.Job.State != StateAvailable {
+			return err
+		}
+		return notifyQueues(ctx, db, []string{p.Queue})
+	})
+	return res, err
+}
+
+func insert(ctx context.Context, db DBTX, p InsertParams) (*InsertResult, error) {
 	u := p.unique
 	// The holder of the key can leave the states that hold it between our conflicting
 	// insert and the read of it (or, for a key per period, the period can end); then the
@@ -178,6 +190,24 @@ func InsertMany(ctx context.Context, db Beginner, ps []InsertParams) (int64, err
 	if len(ps) == 0 {
 		return 0, nil
 	}
+	var n int64
+	err := withConn(ctx, db, func(db DBTX) error {
+		var err error
+		if n, err = insertMany(ctx, db.(Beginner), ps, simple); err != nil || n == 0 {
+			return err
+		}
+		var queues []string
+		for i := range ps {
+			if ps[i].runAt() == nil && ps[i].RunIn <= 0 {
+				queues = append(queues, ps[i].Queue)
+			}
+		}
+		return notifyQueues(ctx, db, queues)
+	})
+	return n, err
+}
+
+func insertMany(ctx context.Context, db Beginner, ps []InsertParams, simple bool) (int64, error) {
 	if simple {
 		// Every job runs now and has no unique key, no metadata and no tags: COPY
 		// straight into the table; the column defaults give run_at = now(), state =
@@ -217,12 +247,12 @@ func InsertMany(ctx context.Context, db Beginner, ps []InsertParams) (int64, err
 	if err != nil {
 		return 0, fmt.Errorf("copy %d jobs into staging: %w", len(ps), err)
 	}
-	tag, err := tx.Exec(ctx, sqlInsertFromStaging)
-	if err != nil {
+	var inserted int64
+	if err := tx.QueryRow(ctx, sqlInsertFromStaging).Scan(&inserted); err != nil {
 		return 0, fmt.Errorf("insert %d staged jobs: %w", len(ps), err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return 0, fmt.Errorf("copy %d jobs: commit: %w", len(ps), err)
 	}
-	return tag.RowsAffected(), nil
+	return inserted, nil
 }

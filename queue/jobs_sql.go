@@ -10,19 +10,27 @@ package queue
 // Times are always the database's (now()); durations arrive as microseconds. States and
 // event kinds come from vocab.go.
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // sqlInsertJob: $7 the unique key's fixed part, $10 its state mask, $11 its period
 // (µs, 0 for none), $12 tags.
+//
+// A single VALUES row, its run_at spelled out where it is needed (now() is the
+// transaction's time, the same at each place): an INSERT … SELECT, even from a one-row
+// CTE, is one that Citus pulls to the coordinator and then commits in two phases.
 var sqlInsertJob = `
-WITH t AS (SELECT COALESCE($5::timestamptz, now() + $8::bigint * interval '1 microsecond') AS at)
 INSERT INTO fenceq_jobs (queue, kind, args, priority, run_at, max_attempts, unique_key, state, metadata,
     unique_states, tags)
-SELECT $1, $2, $3, $4, t.at, $6, ` + uniqueKeySQL("$7::text", "$11::bigint", "t.at") + `,
-    CASE WHEN t.at > now() THEN ` + sqlScheduled + ` ELSE ` + sqlAvailable + ` END, $9, $10, $12
-FROM t
+VALUES ($1, $2, $3, $4, ` + insertRunAt + `, $6, ` + uniqueKeySQL("$7::text", "$11::bigint", insertRunAt) + `,
+    CASE WHEN ` + insertRunAt + ` > now() THEN ` + sqlScheduled + ` ELSE ` + sqlAvailable + ` END, $9, $10, $12)
 ON CONFLICT (unique_key) WHERE ` + uniqueHeld + ` DO NOTHING
 RETURNING ` + jobColumns
+
+// insertRunAt is the run_at of sqlInsertJob: $5 an absolute time, else now() plus $8 µs.
+const insertRunAt = `COALESCE($5::timestamptz, now() + $8::bigint * interval '1 microsecond')`
 
 // sqlGetUniqueHolder reads the job holding a unique key: $1 the key's fixed part, $2 its
 // period (µs), $3 run_at, $4 run_in (µs), as given to sqlInsertJob.
@@ -40,14 +48,20 @@ CREATE TEMP TABLE IF NOT EXISTS fenceq_jobs_staging (
     unique_states smallint, unique_period_us bigint, tags text[]) ON COMMIT DROP;
 TRUNCATE fenceq_jobs_staging`
 
+// The rows inserted are counted from RETURNING rather than read from the command tag:
+// on Citus, where the INSERT … SELECT pulls the rows to the coordinator, the tag counts
+// the rows offered, including those ON CONFLICT skipped.
 var sqlInsertFromStaging = `
+WITH ins AS (
 INSERT INTO fenceq_jobs (queue, kind, args, priority, run_at, max_attempts, unique_key, state, metadata,
     unique_states, tags)
 SELECT queue, kind, args, priority, at, max_attempts, ` + uniqueKeySQL("unique_key", "unique_period_us", "at") + `,
        CASE WHEN at > now() THEN ` + sqlScheduled + ` ELSE ` + sqlAvailable + ` END, metadata, unique_states, tags
 FROM (SELECT s.*, COALESCE(s.run_at, now() + s.run_in_us * interval '1 microsecond') AS at
       FROM fenceq_jobs_staging s ORDER BY ord) x
-ON CONFLICT (unique_key) WHERE ` + uniqueHeld + ` DO NOTHING`
+ON CONFLICT (unique_key) WHERE ` + uniqueHeld + ` DO NOTHING
+RETURNING 1)
+SELECT count(*) FROM ins`
 
 // claimSQL is the claim: $1 queue, $2 limit, $3 worker id, $4 lease (µs). With after,
 // it claims only jobs after a position in claim order: $5 priority, $6 run_at, $7 id. The
@@ -203,18 +217,21 @@ SELECT COALESCE(array_agg(job_id), '{}')::bigint[], COALESCE(array_agg(lease_gen
 
 // sqlFail: $5 discard now, $6 backoff (µs), $7 error, $8 trace, $9 whether the backoff
 // counts from the attempt's attempted_at (never earlier than now()) rather than now().
+//
+// The time is read once, in c: CASE branches and expressions over the row's columns
+// hold no function that is not IMMUTABLE (see errorEntry and addMicros), which is what
+// Citus needs to run the statement on the node that holds the row.
 var sqlFail = staleWrite(`
     UPDATE fenceq_jobs SET
         state = CASE WHEN $5::boolean OR attempt >= max_attempts THEN ` + sqlDiscarded + ` ELSE ` + sqlRetryable + ` END,
         run_at = CASE WHEN $5::boolean OR attempt >= max_attempts THEN run_at
-                      WHEN $9::boolean THEN GREATEST(attempted_at + $6::bigint * interval '1 microsecond', now())
-                      ELSE now() + $6::bigint * interval '1 microsecond' END,
-        finished_at = CASE WHEN $5::boolean OR attempt >= max_attempts THEN now() END,
+                      WHEN $9::boolean THEN GREATEST(` + addMicros("attempted_at", "$6::bigint") + `, c.now)
+                      ELSE c.later END,
+        finished_at = CASE WHEN $5::boolean OR attempt >= max_attempts THEN c.now END,
         leased_by = CASE WHEN $5::boolean OR attempt >= max_attempts THEN leased_by END,
         lease_expires_at = NULL,
-        errors = errors || jsonb_build_array(jsonb_build_object(
-            'at', now(), 'attempt', attempt, 'lease_gen', lease_gen, 'worker', $3::text,
-            'error', $7::text, 'trace', $8::text))
+        errors = errors || ` + errorEntry(`'at', now(), 'worker', $3::text, 'error', $7::text, 'trace', $8::text`, "attempt", "lease_gen") + `
+    FROM (SELECT now() AS now, now() + $6::bigint * interval '1 microsecond' AS later) c
     ` + leaseGuard + `
     RETURNING state`)
 
@@ -231,9 +248,7 @@ var sqlSnooze = staleWrite(`
 // sqlCancel: $5 reason.
 var sqlCancel = staleWrite(`
     UPDATE fenceq_jobs SET state = ` + sqlCancelled + `, finished_at = now(), lease_expires_at = NULL,
-        errors = errors || jsonb_build_array(jsonb_build_object(
-            'at', now(), 'attempt', attempt, 'lease_gen', lease_gen, 'worker', $3::text,
-            'error', $5::text))
+        errors = errors || ` + errorEntry(`'at', now(), 'worker', $3::text, 'error', $5::text`, "attempt", "lease_gen") + `
     ` + leaseGuard + `
     RETURNING state`)
 
@@ -297,7 +312,11 @@ VALUES ($1, $2, $3, ` + sqlEventStaleWrite + `, $4)`
 // heartbeat that counts as alive.
 var sqlReap = `
 WITH expired AS (
-    SELECT id AS eid, lease_gen AS egen, leased_by AS eby, heartbeat_at AS ehb FROM fenceq_jobs
+    SELECT id AS eid, lease_gen AS egen, leased_by AS eby,
+           jsonb_build_object('at', now(), 'attempt', attempt, 'lease_gen', lease_gen, 'worker', leased_by,
+               'error', ` + sqlLit(detailExpired) + ` || ' (last heartbeat ' || heartbeat_at || ')') AS eerr,
+           now() AS enow
+    FROM fenceq_jobs
     WHERE state = ` + sqlRunning + ` AND lease_expires_at < now()
     ORDER BY lease_expires_at
     LIMIT $1
@@ -306,11 +325,9 @@ upd AS (
     UPDATE fenceq_jobs j SET
         lease_gen = j.lease_gen + 1,
         state = CASE WHEN j.attempt >= j.max_attempts THEN ` + sqlDiscarded + ` ELSE ` + sqlAvailable + ` END,
-        finished_at = CASE WHEN j.attempt >= j.max_attempts THEN now() END,
+        finished_at = CASE WHEN j.attempt >= j.max_attempts THEN e.enow END,
         leased_by = NULL, lease_expires_at = NULL,
-        errors = j.errors || jsonb_build_array(jsonb_build_object(
-            'at', now(), 'attempt', j.attempt, 'lease_gen', e.egen, 'worker', e.eby,
-            'error', ` + sqlLit(detailExpired) + ` || ' (last heartbeat ' || e.ehb || ')'))
+        errors = j.errors || e.eerr
     FROM expired e
     WHERE j.id = e.eid AND j.lease_gen = e.egen AND j.state = ` + sqlRunning + `
     RETURNING j.id, e.egen, e.eby, j.state, j.queue, j.kind),
@@ -344,7 +361,8 @@ upd AS (
     RETURNING j.queue)
 SELECT (SELECT count(*) FROM upd),
        (SELECT count(pg_notify(` + sqlLit(ChannelPrefix) + ` || current_schema(), q))
-        FROM (SELECT DISTINCT queue AS q FROM upd) x)`
+        FROM (SELECT DISTINCT queue AS q FROM upd) x),
+       (SELECT COALESCE(array_agg(DISTINCT queue), '{}') FROM upd)`
 
 // sqlPruneFinished deletes finished jobs older than $1 (µs), at most $2 of them.
 var sqlPruneFinished = `
@@ -361,3 +379,32 @@ const sqlPruneLeaseEvents = `
 DELETE FROM fenceq_lease_events WHERE id IN (
     SELECT id FROM fenceq_lease_events WHERE at < now() - $1::bigint * interval '1 microsecond'
     ORDER BY at LIMIT $2)`
+
+// errorEntry is the SQL of one entry appended to a job's errors array: the object built
+// from consts (key-value pairs of constants, parameters and now(), no column) with each
+// integer column of cols added under its own name (the part after any "alias.").
+//
+// It is spelled with IMMUTABLE functions only wherever a column is involved (jsonb_set,
+// integer to text to jsonb): Citus runs an UPDATE on the node that holds the row only
+// when every function over the row's columns is IMMUTABLE (jsonb_build_object is
+// STABLE), and evaluates the column-free rest once, on the coordinator. "array ||
+// object" appends the object as an element, as jsonb_build_array would.
+func errorEntry(consts string, cols ...string) string {
+	s := "jsonb_build_object(" + consts + ")"
+	for _, c := range cols {
+		name := c
+		if i := strings.LastIndexByte(c, '.'); i >= 0 {
+			name = c[i+1:]
+		}
+		s = "jsonb_set(" + s + ", '{" + name + "}', (" + c + ")::text::jsonb)"
+	}
+	return s
+}
+
+// addMicros is the SQL of the instant ts plus us microseconds (a bigint expression),
+// spelled with IMMUTABLE functions only: timestamptz + interval is STABLE (it depends
+// on the session's time zone for days and months), timestamp + interval is not. A
+// duration in microseconds has no days or months, so the result is the same instant.
+func addMicros(ts, us string) string {
+	return "(((" + ts + ") AT TIME ZONE 'UTC') + (" + us + ") * interval '1 microsecond') AT TIME ZONE 'UTC'"
+}

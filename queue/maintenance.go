@@ -36,6 +36,24 @@ func Reap(ctx context.Context, db DBTX, p ReapParams) ([]Revocation, error) {
 	if p.Limit <= 0 {
 		p.Limit = 1000
 	}
+	var out []Revocation
+	err := withConn(ctx, db, func(db DBTX) error {
+		var err error
+		if out, err = reap(ctx, db, p); err != nil {
+			return err
+		}
+		var queues []string
+		for _, r := range out {
+			if r.State == StateAvailable {
+				queues = append(queues, r.Queue)
+			}
+		}
+		return notifyQueues(ctx, db, queues)
+	})
+	return out, err
+}
+
+func reap(ctx context.Context, db DBTX, p ReapParams) ([]Revocation, error) {
 	rows, err := db.Query(ctx, sqlReap, customPlan, p.Limit, micros(p.HolderFresh))
 	if err != nil {
 		return nil, fmt.Errorf("reap expired leases: %w", err)
@@ -61,10 +79,14 @@ func Reap(ctx context.Context, db DBTX, p ReapParams) ([]Revocation, error) {
 // available, and wakes their queues. It returns how many it promoted.
 func PromoteDue(ctx context.Context, db DBTX, limit int) (int64, error) {
 	var n, woke int64
-	if err := db.QueryRow(ctx, sqlPromoteDue, customPlan, limit).Scan(&n, &woke); err != nil {
-		return 0, fmt.Errorf("promote due jobs: %w", err)
-	}
-	return n, nil
+	err := withConn(ctx, db, func(db DBTX) error {
+		var queues []string
+		if err := db.QueryRow(ctx, sqlPromoteDue, customPlan, limit).Scan(&n, &woke, &queues); err != nil {
+			return fmt.Errorf("promote due jobs: %w", err)
+		}
+		return notifyQueues(ctx, db, queues)
+	})
+	return n, err
 }
 
 // PruneFinished deletes up to limit finished jobs whose finished_at is older than age.

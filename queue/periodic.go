@@ -256,7 +256,14 @@ func RemovePeriodic(ctx context.Context, db DBTX, name string) (*PeriodicRow, er
 // {"periodic": {"name": …, "triggered": true, "at": …}}, and leaves its slots alone: the
 // next slot is enqueued as usual. ErrNotFound when no schedule has the name.
 func TriggerPeriodic(ctx context.Context, db DBTX, name string) (*JobRow, error) {
-	j, err := scanJob(db.QueryRow(ctx, sqlTriggerPeriodic, name))
+	var j *JobRow
+	err := withConn(ctx, db, func(db DBTX) error {
+		var err error
+		if j, err = scanJob(db.QueryRow(ctx, sqlTriggerPeriodic, name)); err != nil {
+			return err
+		}
+		return notifyQueues(ctx, db, []string{j.Queue})
+	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("periodic schedule %q: %w", name, ErrNotFound)
 	}
@@ -374,9 +381,15 @@ func EnqueuePeriodic(ctx context.Context, tx pgx.Tx, e PeriodicEnqueue) (matched
 		metas = []string{}
 	}
 	var n int64
+	var q *string
 	if err := tx.QueryRow(ctx, sqlEnqueuePeriodic, e.Name, e.From, e.To, e.Spec, e.Timezone, metas, last).
-		Scan(&n, &inserted); err != nil {
+		Scan(&n, &inserted, &q); err != nil {
 		return false, 0, fmt.Errorf("enqueue periodic schedule %q: %w", e.Name, err)
+	}
+	if inserted > 0 && q != nil {
+		if err := notifyQueues(ctx, tx, []string{*q}); err != nil {
+			return false, 0, fmt.Errorf("enqueue periodic schedule %q: %w", e.Name, err)
+		}
 	}
 	return n == 1, inserted, nil
 }
@@ -385,9 +398,13 @@ func EnqueuePeriodic(ctx context.Context, tx pgx.Tx, e PeriodicEnqueue) (matched
 // meta. It reports whether the schedule still existed unpaused.
 func EnqueueOnStart(ctx context.Context, tx pgx.Tx, name string, meta []byte) (bool, error) {
 	var id int64
-	err := tx.QueryRow(ctx, sqlEnqueueOnStart, name, meta).Scan(&id)
+	var q string
+	err := tx.QueryRow(ctx, sqlEnqueueOnStart, name, meta).Scan(&id, &q)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil
+	}
+	if err == nil {
+		err = notifyQueues(ctx, tx, []string{q})
 	}
 	if err != nil {
 		return false, fmt.Errorf("enqueue run-on-start job of periodic schedule %q: %w", name, err)

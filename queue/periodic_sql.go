@@ -14,12 +14,12 @@ const periodicColumns = `name, spec, timezone, kind, args, queue, priority, max_
 // definition is unchanged is not written.
 const sqlUpsertPeriodic = `
 INSERT INTO fenceq_periodic (name, spec, timezone, kind, args, queue, priority, max_attempts, missed,
-    run_on_start, source)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+    run_on_start, source, updated_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, now())
 ON CONFLICT (name) DO UPDATE SET spec = EXCLUDED.spec, timezone = EXCLUDED.timezone, kind = EXCLUDED.kind,
     args = EXCLUDED.args, queue = EXCLUDED.queue, priority = EXCLUDED.priority,
     max_attempts = EXCLUDED.max_attempts, missed = EXCLUDED.missed, run_on_start = EXCLUDED.run_on_start,
-    source = EXCLUDED.source, updated_at = now()
+    source = EXCLUDED.source, updated_at = EXCLUDED.updated_at
 WHERE (fenceq_periodic.spec, fenceq_periodic.timezone, fenceq_periodic.kind, fenceq_periodic.args,
        fenceq_periodic.queue, fenceq_periodic.priority, fenceq_periodic.max_attempts, fenceq_periodic.missed,
        fenceq_periodic.run_on_start, fenceq_periodic.source)
@@ -39,15 +39,21 @@ const sqlListPeriodic = `SELECT ` + periodicColumns + `, now() FROM fenceq_perio
 const sqlGetPeriodic = `SELECT ` + periodicColumns + `, now() FROM fenceq_periodic WHERE name = $1`
 
 // sqlSetPeriodicPaused pauses or resumes a schedule. A resume moves last_slot to now():
-// the slots that fell due while it was paused are passed over, not caught up.
+// the slots that fell due while it was paused are passed over, not caught up. The time
+// is read once, in c, so that no function call sits in the CASE or the RETURNING list
+// (Citus evaluates those on the coordinator and refuses them there).
 const sqlSetPeriodicPaused = `
+WITH c AS (SELECT now() AS now)
 UPDATE fenceq_periodic
-SET paused = $2, updated_at = now(),
-    last_slot = CASE WHEN paused AND NOT $2 THEN GREATEST(last_slot, now()) ELSE last_slot END
+SET paused = $2, updated_at = c.now,
+    last_slot = CASE WHEN paused AND NOT $2 THEN GREATEST(last_slot, c.now) ELSE last_slot END
+FROM c
 WHERE name = $1
-RETURNING ` + periodicColumns + `, now()`
+RETURNING ` + periodicColumns + `, c.now`
 
-const sqlRemovePeriodic = `DELETE FROM fenceq_periodic WHERE name = $1 RETURNING ` + periodicColumns + `, now()`
+const sqlRemovePeriodic = `
+WITH c AS (SELECT now() AS now)
+DELETE FROM fenceq_periodic USING c WHERE name = $1 RETURNING ` + periodicColumns + `, c.now`
 
 // sqlTriggerPeriodic enqueues one job of a schedule now, leaving last_slot alone.
 var sqlTriggerPeriodic = `
@@ -81,8 +87,8 @@ ORDER BY p.name`
 // from the value the pass read ($2) to the newest slot decided ($3), on the definition
 // the pass computed the slots from ($4 spec, $5 timezone), and, only when it matched,
 // one job per element of $6 (their metadata), in slot order. $7 is the newest slot
-// enqueued (NULL when none). It returns whether the compare-and-set matched and how many
-// jobs it inserted.
+// enqueued (NULL when none). It returns whether the compare-and-set matched, how many
+// jobs it inserted and the schedule's queue.
 const sqlEnqueuePeriodic = `
 WITH s AS (
     UPDATE fenceq_periodic
@@ -95,14 +101,14 @@ ins AS (
     FROM s, unnest($6::jsonb[]) WITH ORDINALITY AS m(meta, ord)
     ORDER BY m.ord
     RETURNING id)
-SELECT (SELECT count(*) FROM s), (SELECT count(*) FROM ins)`
+SELECT (SELECT count(*) FROM s), (SELECT count(*) FROM ins), (SELECT queue FROM s)`
 
 // sqlEnqueueOnStart inserts the one job of a run-on-start schedule ($2 its metadata).
 const sqlEnqueueOnStart = `
 INSERT INTO fenceq_jobs (queue, kind, args, priority, max_attempts, metadata)
 SELECT queue, kind, args, priority, max_attempts, $2
 FROM fenceq_periodic WHERE name = $1 AND NOT paused
-RETURNING id`
+RETURNING id, queue`
 
 const sqlTouchPeriodicClock = `UPDATE fenceq_periodic_clock SET heartbeat_at = $1`
 

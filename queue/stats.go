@@ -270,12 +270,23 @@ type Activity struct {
 }
 
 // ReadActivity reads the oldest open transaction of the current database, leaving out
-// the caller's own session. An old transaction holds back vacuum's horizon: dead job
+// the caller's own session; on a Citus coordinator, of every node (citus_stat_activity). An old transaction holds back vacuum's horizon: dead job
 // rows pile up and every index scan slows.
 func ReadActivity(ctx context.Context, db DBTX) (Activity, error) {
 	var a Activity
 	var age float64
-	if err := db.QueryRow(ctx, sqlActivity).Scan(&age, &a.IdleInTransaction); err != nil {
+	err := withConn(ctx, db, func(db DBTX) error {
+		dist, err := selfNotify(ctx, db)
+		if err != nil {
+			return err
+		}
+		q := sqlActivity
+		if dist {
+			q = sqlActivityCitus
+		}
+		return db.QueryRow(ctx, q).Scan(&age, &a.IdleInTransaction)
+	})
+	if err != nil {
 		return Activity{}, fmt.Errorf("read open transactions: %w", err)
 	}
 	a.OldestTransactionAge = time.Duration(age * float64(time.Second))

@@ -75,3 +75,14 @@ SELECT COALESCE(extract(epoch FROM max(clock_timestamp() - xact_start)), 0)::flo
 FROM pg_stat_activity
 WHERE datname = current_database() AND backend_type = 'client backend'
   AND xact_start IS NOT NULL AND pid <> pg_backend_pid()`
+
+// sqlActivityCitus is sqlActivity across every node of a Citus cluster, from the
+// coordinator: a transaction that runs on a worker node on a client's behalf holds back
+// that node's vacuum, and shows only there. The caller's own transaction is left out by
+// its global pid, which the worker backends working for it share.
+const sqlActivityCitus = `
+SELECT COALESCE(extract(epoch FROM max(clock_timestamp() - xact_start)), 0)::float8,
+       count(DISTINCT global_pid) FILTER (WHERE state = 'idle in transaction')
+FROM citus_stat_activity
+WHERE datname = current_database() AND backend_type = 'client backend'
+  AND xact_start IS NOT NULL AND global_pid <> citus_backend_gpid()`

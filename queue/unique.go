@@ -192,8 +192,11 @@ func canonicalArgs(args []byte, fields []string) (json.RawMessage, error) {
 // period, by ":" and the UTC start of the period holding at, truncated by the database.
 // key, period (µs) and at are SQL expressions.
 func uniqueKeySQL(key, period, at string) string {
-	return `CASE WHEN ` + period + ` > 0 THEN ` + key + ` || ':' || to_char(date_bin(` + period +
-		` * interval '1 microsecond', ` + at + `, timestamptz '1970-01-01 00:00:00+00') AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') ELSE ` + key + ` END`
+	// GREATEST keeps date_bin's stride positive in the branch not taken too: Citus
+	// evaluates an INSERT's column-free expressions on the coordinator, both branches
+	// of a CASE included.
+	return `CASE WHEN ` + period + ` > 0 THEN ` + key + ` || ':' || to_char(date_bin(GREATEST(` + period +
+		`, 1) * interval '1 microsecond', ` + at + `, timestamptz '1970-01-01 00:00:00+00') AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') ELSE ` + key + ` END`
 }
 
 // uniqueHeld is the predicate of the unique index: the row holds its key in its state.

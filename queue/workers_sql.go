@@ -3,10 +3,10 @@ package queue
 // SQL for fenceq_workers.
 
 const sqlRegisterWorker = `
-INSERT INTO fenceq_workers (id, host, pid, queues, kinds)
-VALUES ($1, $2, $3, $4, $5)
+INSERT INTO fenceq_workers (id, host, pid, queues, kinds, heartbeat_at)
+VALUES ($1, $2, $3, $4, $5, now())
 ON CONFLICT (id) DO UPDATE SET host = EXCLUDED.host, pid = EXCLUDED.pid,
-    queues = EXCLUDED.queues, kinds = EXCLUDED.kinds, heartbeat_at = now()`
+    queues = EXCLUDED.queues, kinds = EXCLUDED.kinds, heartbeat_at = EXCLUDED.heartbeat_at`
 
 const sqlDeregisterWorker = `DELETE FROM fenceq_workers WHERE id = $1`
 

@@ -56,8 +56,10 @@ func (s *ceilingSystem) setup(ctx context.Context, e *env) error {
 	if err := migrations.Up(ctx, e.pool); err != nil {
 		return err
 	}
-	if _, err := e.admin.Exec(ctx, sqlCeilingIndex); err != nil {
-		return fmt.Errorf("create the full claim index: %w", err)
+	for _, q := range sqlCeilingIndex {
+		if _, err := e.admin.Exec(ctx, q); err != nil {
+			return fmt.Errorf("create the full claim index: %w", err)
+		}
 	}
 	return nil
 }

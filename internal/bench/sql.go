@@ -53,9 +53,12 @@ FROM river_job WHERE (args->>'seq')::bigint >= 0`
 // only the available jobs in its claim index, which pays off only with claims that
 // start after a cursor; a claim from the start on that index walks the dead entries of
 // every job claimed since the last VACUUM.
-const sqlCeilingIndex = `
-DROP INDEX IF EXISTS fenceq_jobs_claim_idx;
-CREATE INDEX fenceq_jobs_claim_idx ON fenceq_jobs (state, queue, priority, run_at, id)`
+// sqlCeilingIndex replaces the claim index, one statement at a time (a Citus
+// coordinator refuses several in one query).
+var sqlCeilingIndex = []string{
+	`DROP INDEX IF EXISTS fenceq_jobs_claim_idx`,
+	`CREATE INDEX fenceq_jobs_claim_idx ON fenceq_jobs (state, queue, priority, run_at, id)`,
+}
 
 // Bare-SQL ceiling: the reference claim, from the start of the claim order, returning
 // only (id, lease_gen), and the batched fenced completion. $1 limit, $2 claimer id.

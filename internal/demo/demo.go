@@ -72,6 +72,10 @@ type Config struct {
 	// PGBinDir holds initdb and pg_ctl for the throwaway cluster. Defaults to
 	// pgcluster.FindBinDir().
 	PGBinDir string
+	// Schema, when set, is an existing schema to run in, empty or migrated by an earlier
+	// run's sets; the demo neither creates nor drops it. By default the demo creates a
+	// schema fenceq_demo_<random> of its own.
+	Schema string
 	// Keep keeps the demo's schema, mail file and worker log for inspection (a
 	// throwaway cluster is removed all the same).
 	Keep bool
@@ -166,17 +170,25 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	schema := "fenceq_demo_" + hex.EncodeToString(b[:])
+	if cfg.Schema != "" {
+		schema = cfg.Schema
+	}
 	admin, err := connect.Open(ctx, base, 2)
 	if err != nil {
 		return nil, err
 	}
 	defer admin.Close()
 	ident := pgx.Identifier{schema}.Sanitize()
-	if _, err := admin.Exec(ctx, fmt.Sprintf(sqlCreateSchema, ident)); err != nil {
-		return nil, fmt.Errorf("demo: create schema %s: %w (the demo needs the CREATE privilege on the database)", schema, err)
+	if cfg.Schema == "" {
+		if _, err := admin.Exec(ctx, fmt.Sprintf(sqlCreateSchema, ident)); err != nil {
+			return nil, fmt.Errorf("demo: create schema %s: %w (the demo needs the CREATE privilege on the database)", schema, err)
+		}
 	}
 	schemaURL := connstr.WithSearchPath(base, schema)
 	defer func() {
+		if cfg.Schema != "" {
+			return // the caller's schema
+		}
 		if cfg.Keep && stopDB == nil {
 			return
 		}

@@ -23,6 +23,8 @@ func TestUpgradeFromSingleSetSchema(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	fenceqtest.SkipOnCitus(t, "the fixture is a schema an old single migration set made, notify trigger included, "+
+		"which a Citus distributed table cannot have: no such schema exists on Citus to upgrade")
 	db := fenceqtest.New(t, &fenceqtest.Options{NoMigrate: true})
 	if _, err := db.Pool.Exec(ctx, singleSetV8); err != nil {
 		t.Fatalf("load the fixture: %v", err)

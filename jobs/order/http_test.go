@@ -231,7 +231,7 @@ func TestFirstRequestDiesMidTransaction(t *testing.T) {
 	go func() { retryDone <- b.post(t, "dies", orderBody(1)) }()
 	// Wait until the retry is blocked on the first request's transaction.
 	b.waitFor(t, "the retry to wait on a lock", func() bool {
-		return b.count(t, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'`, b.appName) == 1
+		return b.count(t, lockWaitsOf(t), b.appName) == 1
 	})
 	// Kill the first request's session: it is the one idle in its transaction.
 	killed := b.count(t, `SELECT count(*) FROM (SELECT pg_terminate_backend(pid) AS ok FROM pg_stat_activity
@@ -464,4 +464,16 @@ func TestServiceValidation(t *testing.T) {
 func (b *testBundle) waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	fenceqtest.WaitFor(t, what, 20*time.Second, cond)
+}
+
+// lockWaitsOf is the query counting the sessions of an application (application_name
+// $1) that wait on a lock. On Citus the wait happens in the worker node's backend that
+// works for the session, which shares its global pid.
+func lockWaitsOf(t *testing.T) string {
+	if fenceqtest.OnCitus(t) {
+		return `SELECT count(DISTINCT w.global_pid) FROM citus_stat_activity w
+WHERE w.wait_event_type = 'Lock'
+  AND w.global_pid IN (SELECT c.global_pid FROM citus_stat_activity c WHERE c.application_name = $1)`
+	}
+	return `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'`
 }

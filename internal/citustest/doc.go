@@ -1,0 +1,12 @@
+// Package citustest runs fenceq on a Citus cluster with schema-based sharding: a
+// coordinator and two worker nodes started as throwaway clusters (internal/pgcluster),
+// each fenceq schema a distributed schema that lives whole on one node, applications
+// connected to the coordinator.
+//
+// Its one test checks that two fenceq schemas land on two different nodes, runs the
+// demo in each, runs a chaos run with the terminate and kill faults, and runs the core
+// test suite (the root package, queue, outbox, idempotency, migrations and the built-in
+// jobs) a second time against the coordinator. It needs the citus extension in the
+// machine's PostgreSQL (.ci/ensure-citus builds it); in CI (FENCEQ_CI=1) its absence
+// fails the test, elsewhere it skips, saying so.
+package citustest

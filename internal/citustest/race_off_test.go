@@ -1,0 +1,5 @@
+//go:build !race
+
+package citustest
+
+const raceEnabled = false

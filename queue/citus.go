@@ -1,0 +1,115 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Citus support. On a Citus coordinator whose schemas are distributed (schema-based
+// sharding), fenceq_jobs has no notify trigger (Citus allows none on distributed
+// tables, and a worker node's NOTIFY would never reach the coordinator's listeners), so
+// the writes that make jobs available notify on the coordinator themselves, in the same
+// transaction. Whether a connection is such a one is read once per physical connection
+// and kept with it; on plain PostgreSQL nothing else is sent.
+
+// citusKey keys the answer in a connection's pgconn.CustomData.
+const citusKey = "fenceq.self_notify"
+
+// sqlSelfNotify tells whether the database runs Citus and the schema's fenceq_jobs has no
+// notify trigger (migration 000001 leaves it out on a distributed table).
+const sqlSelfNotify = `
+SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'citus')
+   AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger
+                   WHERE tgrelid = to_regclass('fenceq_jobs') AND tgname = 'fenceq_jobs_notify_insert')`
+
+// sqlSelfNotifyQueues announces the queues in $1 on the schema's channel. On Citus it
+// touches no distributed table, so it runs on the coordinator, where workers LISTEN.
+var sqlSelfNotifyQueues = `SELECT count(pg_notify(` + sqlLit(ChannelPrefix) + ` || current_schema(), q))
+FROM (SELECT DISTINCT unnest($1::text[]) AS q) x`
+
+// pgConnOf returns the physical connection behind db, or nil when db is a pool or a
+// type this package does not know.
+func pgConnOf(db DBTX) *pgconn.PgConn {
+	switch c := db.(type) {
+	case pgx.Tx:
+		if conn := c.Conn(); conn != nil {
+			return conn.PgConn()
+		}
+	case *pgx.Conn:
+		return c.PgConn()
+	case *pgxpool.Conn:
+		return c.Conn().PgConn()
+	}
+	return nil
+}
+
+// selfNotify reports whether writes through db must announce the jobs they make
+// available themselves (a Citus distributed fenceq_jobs), reading it once per
+// connection. A db whose connection is unknown (not a pgx transaction or connection)
+// is taken to have the trigger.
+func selfNotify(ctx context.Context, db DBTX) (bool, error) {
+	pc := pgConnOf(db)
+	if pc == nil {
+		return false, nil
+	}
+	data := pc.CustomData()
+	if v, ok := data[citusKey].(bool); ok {
+		return v, nil
+	}
+	var v bool
+	if err := db.QueryRow(ctx, sqlSelfNotify).Scan(&v); err != nil {
+		return false, fmt.Errorf("read whether fenceq_jobs is distributed: %w", err)
+	}
+	data[citusKey] = v
+	return v, nil
+}
+
+// withConn runs fn on one connection of db: a pool's is acquired for the call (so that
+// selfNotify can keep its answer with the connection), anything else is used as given.
+func withConn(ctx context.Context, db DBTX, fn func(db DBTX) error) error {
+	pool, ok := db.(*pgxpool.Pool)
+	if !ok {
+		return fn(db)
+	}
+	c, err := pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("acquire connection: %w", err)
+	}
+	defer c.Release()
+	return fn(c)
+}
+
+// notifyQueues announces queues on the schema's channel when db's fenceq_jobs has no
+// notify trigger (Citus); otherwise it sends nothing.
+func notifyQueues(ctx context.Context, db DBTX, queues []string) error {
+	if len(queues) == 0 {
+		return nil
+	}
+	self, err := selfNotify(ctx, db)
+	if err != nil || !self {
+		return err
+	}
+	if _, err := db.Exec(ctx, sqlSelfNotifyQueues, queues); err != nil {
+		return fmt.Errorf("notify queues %v: %w", queues, err)
+	}
+	return nil
+}
+
+// Distributed reports whether db reaches fenceq's tables through a Citus coordinator, as
+// distributed tables (the database runs Citus and fenceq_jobs has no notify trigger).
+// fenceq's writes then announce the jobs they make available themselves, and settings
+// meant for the node holding the rows are sent with SET LOCAL. The answer is read once
+// per connection.
+func Distributed(ctx context.Context, db DBTX) (bool, error) {
+	var v bool
+	err := withConn(ctx, db, func(db DBTX) error {
+		var err error
+		v, err = selfNotify(ctx, db)
+		return err
+	})
+	return v, err
+}
