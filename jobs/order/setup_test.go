@@ -5,8 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"testing"
 	"time"
 
@@ -59,7 +61,7 @@ func setup(t *testing.T, o bundleOpts) *testBundle {
 	b.pool = pool
 
 	cfg := o.cfg
-	cfg.Pool, cfg.Metrics, cfg.Logger = pool, b.metrics, fenceqtest.QuietLogger()
+	cfg.Pool, cfg.Metrics, cfg.Logger = pool, b.metrics, errorLog(t)
 	b.svc, err = order.NewService(cfg)
 	if err != nil {
 		t.Fatalf("new service: %v", err)
@@ -167,4 +169,31 @@ func orderBody(n int) string {
 	return `{"customer_email":"ann@example.com","currency":"EUR","items":[` +
 		`{"sku":"BOOK-1","quantity":` + itoa(int64(n)) + `,"unit_price_cents":1250},` +
 		`{"sku":"PEN-2","quantity":3,"unit_price_cents":199}]}`
+}
+
+// errorLog is the service's logger in tests: it keeps the errors the service logs (an
+// answer of 500 logs its cause) and prints them if the test failed.
+func errorLog(t *testing.T) *slog.Logger {
+	var mu sync.Mutex
+	var buf bytes.Buffer
+	t.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if t.Failed() && buf.Len() > 0 {
+			t.Logf("errors the order service logged:\n%s", buf.String())
+		}
+	})
+	return slog.New(slog.NewTextHandler(lockedWriter{&mu, &buf}, &slog.HandlerOptions{Level: slog.LevelError}))
+}
+
+// lockedWriter serializes the writes of the service's goroutines to one buffer.
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
