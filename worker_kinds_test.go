@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fenceq/fenceq"
 	"github.com/fenceq/fenceq/fenceqtest"
@@ -117,18 +116,8 @@ func TestClaimsDoNotRewalkUnknownKindsAtTheHead(t *testing.T) {
 		t.Fatalf("enqueue ghosts: %d %v", n, err)
 	}
 	fenceq.AddHandler(b.hs, func(ctx context.Context, job *fenceq.Job[echoArgs]) error { return nil }, nil)
-	pcfg, err := pgxpool.ParseConfig(b.db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
 	tr := &claimTracer{}
-	pcfg.ConnConfig.Tracer = tr
-	pcfg.MaxConns = 4
-	pool, err := pgxpool.NewWithConfig(b.ctx, pcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := b.tracedPool(t, tr, 4)
 	cfg := b.fastConfig(5 * time.Second)
 	cfg.PollInterval = 500 * time.Millisecond
 	start := time.Now()

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fenceq/fenceq"
 	"github.com/fenceq/fenceq/fenceqtest"
@@ -75,18 +74,8 @@ func TestManyQueuesClaimAtMostHalfThePool(t *testing.T) {
 	if n, err := fenceq.EnqueueMany(b.ctx, b.db.Pool, items); err != nil || n != jobs {
 		t.Fatalf("enqueue: %d %v", n, err)
 	}
-	pcfg, err := pgxpool.ParseConfig(b.db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
 	tr := &claimsInFlight{}
-	pcfg.ConnConfig.Tracer = tr
-	pcfg.MaxConns = 4
-	pool, err := pgxpool.NewWithConfig(b.ctx, pcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := b.tracedPool(t, tr, 4)
 	cfg := b.fastConfig(30 * time.Second)
 	cfg.Queues = map[string]fenceq.QueueConfig{}
 	for i := range queues {
@@ -94,22 +83,16 @@ func TestManyQueuesClaimAtMostHalfThePool(t *testing.T) {
 	}
 	fenceqtest.StartWorker(b.ctx, t, pool, cfg)
 
-	deadline := time.Now().Add(time.Minute)
-	for ran.Load() < jobs && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	fenceqtest.WaitFor(t, "every handler to run", time.Minute, func() bool { return ran.Load() >= jobs })
 	var completed, once int
-	count := func() {
-		t.Helper()
+	// The handlers have all run; their completions are written in batches after.
+	fenceqtest.WaitFor(t, "every completion to be written", time.Minute, func() bool {
 		if err := b.db.Pool.QueryRow(b.ctx, `SELECT count(*) FILTER (WHERE state = 'completed'),
 		    count(*) FILTER (WHERE state = 'completed' AND attempt = 1 AND lease_gen = 1) FROM fenceq_jobs`).Scan(&completed, &once); err != nil {
 			t.Fatal(err)
 		}
-	}
-	// The handlers have all run; their completions are written in batches after.
-	for count(); completed < jobs && time.Now().Before(deadline); count() {
-		time.Sleep(50 * time.Millisecond)
-	}
+		return completed >= jobs
+	})
 	most, n, withRows := tr.read()
 	if got := ran.Load(); got != jobs || completed != jobs || once != jobs {
 		t.Fatalf("handlers ran %d times, %d jobs completed, %d at their first attempt; want %d each", got, completed, once, jobs)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fenceq/fenceq"
 	"github.com/fenceq/fenceq/fenceqtest"
@@ -31,6 +32,24 @@ func setup(t *testing.T) *testBundle {
 }
 
 // fastConfig is a worker config with a short lease, for tests.
+// tracedPool is a pool of maxConns connections to the test's schema whose statements
+// are reported to tracer.
+func (b *testBundle) tracedPool(t *testing.T, tracer pgx.QueryTracer, maxConns int32) *pgxpool.Pool {
+	t.Helper()
+	pcfg, err := pgxpool.ParseConfig(b.db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pcfg.ConnConfig.Tracer = tracer
+	pcfg.MaxConns = maxConns
+	pool, err := pgxpool.NewWithConfig(b.ctx, pcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
 func (b *testBundle) fastConfig(lease time.Duration) fenceq.Config {
 	return fenceq.Config{
 		Handlers:       b.hs,
