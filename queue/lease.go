@@ -422,9 +422,9 @@ type LeaseTx struct {
 // in one round trip, the completion (or nothing, without Complete) and COMMIT in
 // another, so the transaction costs two round trips besides fn's own statements. A
 // completion that matched no row fails in the database, so the COMMIT behind it never
-// runs. fn gets a pgx.Tx whose Commit is refused (the transaction commits when fn
-// returns) and whose Rollback ends the transaction, making WithLease fail; it must not
-// be used after fn returns. Any other db runs one statement per round trip.
+// runs. Any other db runs one statement per round trip. Either way fn gets a pgx.Tx
+// whose Commit is refused (the transaction commits when fn returns) and whose Rollback
+// ends the transaction, making WithLease fail; it must not be used after fn returns.
 func WithLease(ctx context.Context, db Beginner, l Lease, how LeaseTx, fn TxFunc) error {
 	op := how.Op
 	if op == "" {
@@ -482,17 +482,9 @@ func withLeasePipelined(ctx context.Context, conn *pgx.Conn, l Lease, how LeaseT
 	case closeErr != nil:
 		return fmt.Errorf("%s of job %d: begin: %w", op, l.JobID, closeErr)
 	}
-	ltx := &leaseTx{Tx: tx}
-	if fn != nil {
-		err := fn(ctx, ltx)
-		ltx.ended = true
-		if err != nil {
-			return err
-		}
-		if ltx.rolledBack {
-			committed = true
-			return fmt.Errorf("%s of job %d: the function rolled the transaction back: nothing was written", op, l.JobID)
-		}
+	if rolledBack, err := runLeaseFn(ctx, tx, l, op, fn); rolledBack || err != nil {
+		committed = committed || rolledBack
+		return err
 	}
 	if !how.Complete {
 		committed = true // Commit ends the transaction whatever it returns
@@ -647,6 +639,25 @@ func (r errRows) RawValues() [][]byte                          { return nil }
 func (r errRows) Conn() *pgx.Conn                              { return nil }
 func (r errRows) TypeMap() *pgtype.Map                         { return nil }
 
+// runLeaseFn runs a fenced transaction's function on tx, through the leaseTx that
+// refuses Commit and ends with the function. rolledBack reports that the function
+// rolled the transaction back itself: nothing was written, and err says so.
+func runLeaseFn(ctx context.Context, tx pgx.Tx, l Lease, op string, fn TxFunc) (rolledBack bool, err error) {
+	if fn == nil {
+		return false, nil
+	}
+	ltx := &leaseTx{Tx: tx}
+	err = fn(ctx, ltx)
+	ltx.ended = true
+	if err != nil {
+		return ltx.rolledBack, err
+	}
+	if ltx.rolledBack {
+		return true, fmt.Errorf("%s of job %d: the function rolled the transaction back: nothing was written", op, l.JobID)
+	}
+	return false, nil
+}
+
 // withLeaseTx is WithLease on any Beginner, one statement per round trip.
 func withLeaseTx(ctx context.Context, db Beginner, l Lease, how LeaseTx, op string, fn TxFunc) error {
 	tx, err := db.Begin(ctx)
@@ -663,10 +674,8 @@ func withLeaseTx(ctx context.Context, db Beginner, l Lease, how LeaseTx, op stri
 		}
 		return err
 	}
-	if fn != nil {
-		if err := fn(ctx, tx); err != nil {
-			return err
-		}
+	if _, err := runLeaseFn(ctx, tx, l, op, fn); err != nil {
+		return err
 	}
 	if how.Complete {
 		var output []byte

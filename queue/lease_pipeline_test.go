@@ -149,14 +149,14 @@ func TestWithLeaseCompletionMissCommitsNothing(t *testing.T) {
 	}
 }
 
-// Inside a pipelined fenced transaction, Commit is refused, Rollback fails the
+// Inside a fenced transaction, pipelined or not, Commit is refused, Rollback fails the
 // transaction as a whole, and the transaction cannot be used once the function
 // returned.
 func TestWithLeaseTxEndsWithItsFunction(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	createResults(t, b)
-	for _, name := range []string{"pool", "conn"} {
+	for _, name := range []string{"pool", "conn", "beginner"} {
 		db := leaseDBs(t, b)[name]
 		t.Run(name, func(t *testing.T) {
 			l := queue.LeaseOf(b.claimOne(t))
