@@ -393,10 +393,47 @@ func (e *Env) dropSchema(ctx context.Context) error {
 		return fmt.Errorf("chaos: drop schema %s: %w", e.Schema, err)
 	}
 	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{e.Schema}.Sanitize()+" CASCADE"); err != nil {
+	// A session or a prepared transaction that still holds a lock on the schema's tables
+	// would make the drop wait for ever; it waits a bounded time and then names what
+	// held it.
+	if _, err := conn.Exec(ctx, "SET lock_timeout = '"+dropLockTimeout+"'"); err != nil {
 		return fmt.Errorf("chaos: drop schema %s: %w", e.Schema, err)
 	}
+	if _, err := conn.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{e.Schema}.Sanitize()+" CASCADE"); err != nil {
+		return fmt.Errorf("chaos: drop schema %s: %w (%s)", e.Schema, err, lockHolders(ctx, e.serverURL))
+	}
 	return nil
+}
+
+// dropLockTimeout bounds how long dropping a run's schema waits for its locks.
+const dropLockTimeout = "60s"
+
+// lockHolders describes the other sessions and the prepared transactions of the server
+// at url that hold locks, for an error that says why a statement could not get its own.
+func lockHolders(ctx context.Context, url string) string {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return "lock holders unknown: " + err.Error()
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, `
+		SELECT 'pid ' || a.pid || ' ' || coalesce(a.state, '') || ': ' || left(coalesce(a.query, ''), 120)
+		  FROM pg_stat_activity a
+		 WHERE a.pid <> pg_backend_pid() AND a.datname = current_database()
+		   AND EXISTS (SELECT 1 FROM pg_locks l WHERE l.pid = a.pid AND l.granted)
+		UNION ALL
+		SELECT 'prepared transaction ' || gid || ' since ' || prepared FROM pg_prepared_xacts`)
+	if err != nil {
+		return "lock holders unknown: " + err.Error()
+	}
+	holders, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return "lock holders unknown: " + err.Error()
+	}
+	if len(holders) == 0 {
+		return "no other session of this server holds a lock"
+	}
+	return "held by " + strings.Join(holders, "; ")
 }
 
 // StartWorkers starts every slot's process and waits until each registered itself in
