@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -112,4 +113,58 @@ func Distributed(ctx context.Context, db DBTX) (bool, error) {
 		return err
 	})
 	return v, err
+}
+
+// eventRow is one fenceq_lease_events row to insert.
+type eventRow struct {
+	jobID, gen int64
+	worker     *string // NULL when nil
+	kind       LeaseEventKind
+	detail     string
+}
+
+// maxEventRowsPerInsert bounds the rows of one INSERT (five parameters each, far under
+// the protocol's 65,535).
+const maxEventRowsPerInsert = 1000
+
+// insertEvents records events with multi-row INSERT … VALUES statements: the form of
+// insert a Citus coordinator sends whole to the node holding the schema, where an
+// INSERT … SELECT (over unnest or a CTE) is run on the coordinator and committed in two
+// phases. The statement's text depends on the number of rows, so it is sent unnamed and
+// not cached.
+func insertEvents(ctx context.Context, db DBTX, evs []eventRow) error {
+	for len(evs) > 0 {
+		n := min(len(evs), maxEventRowsPerInsert)
+		var b strings.Builder
+		b.WriteString("INSERT INTO fenceq_lease_events (job_id, lease_gen, worker_id, kind, detail) VALUES ")
+		args := make([]any, 1, 1+5*n)
+		args[0] = pgx.QueryExecModeExec
+		for i, e := range evs[:n] {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			k := 5 * i
+			fmt.Fprintf(&b, "($%d::bigint, $%d::bigint, $%d::text, $%d::text, $%d::text)", k+1, k+2, k+3, k+4, k+5)
+			args = append(args, e.jobID, e.gen, e.worker, string(e.kind), e.detail)
+		}
+		if _, err := db.Exec(ctx, b.String(), args...); err != nil {
+			return fmt.Errorf("record %d lease events: %w", n, err)
+		}
+		evs = evs[n:]
+	}
+	return nil
+}
+
+// inTx runs fn in one transaction: db's own when db is a transaction, a new one when db
+// is a connection, and on db as it is otherwise.
+func inTx(ctx context.Context, db DBTX, fn func(DBTX) error) error {
+	if _, ok := db.(pgx.Tx); ok {
+		return fn(db)
+	}
+	if b, ok := db.(interface {
+		Begin(context.Context) (pgx.Tx, error)
+	}); ok {
+		return pgx.BeginFunc(ctx, b, func(tx pgx.Tx) error { return fn(tx) })
+	}
+	return fn(db)
 }

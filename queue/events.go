@@ -26,11 +26,24 @@ func RecordLeaseEvents(ctx context.Context, db DBTX, kind LeaseEventKind, holder
 	if len(leases) == 0 {
 		return nil
 	}
-	ids, gens := leaseArrays(leases)
-	if _, err := db.Exec(ctx, sqlRecordEvents, ids, gens, holder, string(kind), detail); err != nil {
-		return fmt.Errorf("record %d %s lease events: %w", len(leases), kind, err)
-	}
-	return nil
+	return withConn(ctx, db, func(db DBTX) error {
+		dist, err := selfNotify(ctx, db)
+		if err != nil {
+			return fmt.Errorf("record %d %s lease events: %w", len(leases), kind, err)
+		}
+		if dist {
+			evs := make([]eventRow, len(leases))
+			for i, l := range leases {
+				evs[i] = eventRow{jobID: l.JobID, gen: l.Gen, worker: &holder, kind: kind, detail: detail}
+			}
+			return insertEvents(ctx, db, evs)
+		}
+		ids, gens := leaseArrays(leases)
+		if _, err := db.Exec(ctx, sqlRecordEvents, ids, gens, holder, string(kind), detail); err != nil {
+			return fmt.Errorf("record %d %s lease events: %w", len(leases), kind, err)
+		}
+		return nil
+	})
 }
 
 const sqlCountEvents = `
@@ -107,17 +120,33 @@ seen AS (
     WHERE job_id = ANY($1::bigint[]) AND kind = ` + sqlEventHolderAlive + `),
 hb AS (
     INSERT INTO fenceq_lease_events (job_id, lease_gen, worker_id, kind, detail)
-    SELECT lid, lgen, $3, ` + sqlEventHeartbeatLost + `, 'heartbeat found the lease gone' FROM l),
+    SELECT lid, lgen, $3, ` + sqlEventHeartbeatLost + `, ` + sqlLit(detailHeartbeatLost) + ` FROM l),
 alive AS (
     INSERT INTO fenceq_lease_events (job_id, lease_gen, worker_id, kind, detail)
-    SELECT l.lid, l.lgen, $3, ` + sqlEventHolderAlive + `,
-           'the holder was still running the job when its expired lease was revoked'
+    SELECT l.lid, l.lgen, $3, ` + sqlEventHolderAlive + `, ` + sqlLit(detailHolderWasAlive) + `
     FROM l
     JOIN rev ON rev.rid = l.lid AND rev.rgen = l.lgen
     LEFT JOIN seen ON seen.sid = l.lid AND seen.sgen = l.lgen
     WHERE seen.sid IS NULL
     RETURNING job_id)
 SELECT COALESCE(array_agg(job_id), '{}')::bigint[] FROM alive`
+
+// sqlLeasesLostAlive is the read of sqlRecordLeaseLost alone, for Citus (see fencedSQL):
+// the leases that were revoked for expiry and have no expired_holder_alive event yet.
+var sqlLeasesLostAlive = `
+WITH l AS (SELECT * FROM unnest($1::bigint[], $2::bigint[]) AS l(lid, lgen)),
+rev AS (
+    SELECT DISTINCT job_id AS rid, lease_gen AS rgen FROM fenceq_lease_events
+    WHERE job_id = ANY($1::bigint[]) AND kind = ` + sqlEventRevoked + `
+      AND detail LIKE ` + sqlLit(detailExpired+"%") + `),
+seen AS (
+    SELECT DISTINCT job_id AS sid, lease_gen AS sgen FROM fenceq_lease_events
+    WHERE job_id = ANY($1::bigint[]) AND kind = ` + sqlEventHolderAlive + `)
+SELECT COALESCE(array_agg(l.lid), '{}')::bigint[], COALESCE(array_agg(l.lgen), '{}')::bigint[]
+FROM l
+JOIN rev ON rev.rid = l.lid AND rev.rgen = l.lgen
+LEFT JOIN seen ON seen.sid = l.lid AND seen.sgen = l.lgen
+WHERE seen.sid IS NULL`
 
 // RecordLeasesLost records a heartbeat_lost event for each lease a live holder found
 // gone, and an expired_holder_alive event for each of them that the reaper revoked for
@@ -129,7 +158,30 @@ func RecordLeasesLost(ctx context.Context, db DBTX, holder string, leases []Leas
 	}
 	ids, gens := leaseArrays(leases)
 	var alive []int64
-	if err := db.QueryRow(ctx, sqlRecordLeaseLost, ids, gens, holder).Scan(&alive); err != nil {
+	err := withConn(ctx, db, func(db DBTX) error {
+		dist, err := selfNotify(ctx, db)
+		if err != nil {
+			return err
+		}
+		if !dist {
+			return db.QueryRow(ctx, sqlRecordLeaseLost, ids, gens, holder).Scan(&alive)
+		}
+		return inTx(ctx, db, func(tx DBTX) error {
+			var aliveGens []int64
+			if err := tx.QueryRow(ctx, sqlLeasesLostAlive, ids, gens).Scan(&alive, &aliveGens); err != nil {
+				return err
+			}
+			evs := make([]eventRow, 0, len(leases)+len(alive))
+			for _, l := range leases {
+				evs = append(evs, eventRow{jobID: l.JobID, gen: l.Gen, worker: &holder, kind: EventHeartbeatLost, detail: detailHeartbeatLost})
+			}
+			for i, id := range alive {
+				evs = append(evs, eventRow{jobID: id, gen: aliveGens[i], worker: &holder, kind: EventExpiredHolderAlive, detail: detailHolderWasAlive})
+			}
+			return insertEvents(ctx, tx, evs)
+		})
+	})
+	if err != nil {
 		return nil, fmt.Errorf("record %d lost leases: %w", len(leases), err)
 	}
 	return alive, nil

@@ -160,19 +160,38 @@ FROM (SELECT COALESCE(array_agg(id), '{}')::bigint[] AS ids, COALESCE(array_agg(
              COALESCE(array_agg(running), '{}')::boolean[] AS running FROM held) h,
      (SELECT COALESCE(array_agg(id), '{}')::bigint[] AS ids, COALESCE(array_agg(lease_gen), '{}')::bigint[] AS gens FROM upd) u`
 
-// staleWrite wraps a single-lease write so that, when its guarded UPDATE matched
-// nothing, the rejection is recorded in the same statement. The write's parameters
-// start at $4: $1 id, $2 gen, $3 worker and $4 the operation, recorded as the event's
-// detail.
-func staleWrite(write string) string {
-	return `
+// fencedSQL is a single-lease write in the two forms fencedWrite runs. Both take $1 id,
+// $2 gen, $3 worker and $4 the operation (the event's detail); the write's own
+// parameters start at $5, and both return the row's new state, or no row when the
+// lease is gone.
+type fencedSQL struct {
+	// one records the rejection of a write that matched nothing in the same statement.
+	one string
+	// routed is the write alone: one modification, which a Citus coordinator sends
+	// whole to the node holding the schema. A statement that also inserts (an INSERT
+	// in a CTE) is planned in steps on the coordinator and committed in two phases
+	// across it and that node; fencedWrite records the rejection with a second,
+	// routed statement instead. $3 and $4 are typed in a CTE of their own so that the
+	// parameters stay those of one.
+	routed string
+}
+
+// staleWrite wraps a single-lease write in its two forms (see fencedSQL).
+func staleWrite(write string) fencedSQL {
+	return fencedSQL{
+		one: `
 WITH upd AS (` + write + `),
 rej AS (
     INSERT INTO fenceq_lease_events (job_id, lease_gen, worker_id, kind, detail)
     SELECT $1, $2, $3, ` + sqlEventStaleWrite + `, $4::text
     WHERE NOT EXISTS (SELECT 1 FROM upd)
     RETURNING id)
-SELECT upd.state FROM upd`
+SELECT upd.state FROM upd`,
+		routed: `
+WITH upd AS (` + write + `),
+p AS (SELECT $3::text AS worker, $4::text AS op)
+SELECT upd.state FROM upd, p`,
+	}
 }
 
 // leaseGuard is the WHERE clause of every single-lease write.
@@ -214,6 +233,20 @@ rej AS (
     FROM l WHERE NOT EXISTS (SELECT 1 FROM upd WHERE upd.id = l.lid AND upd.lease_gen = l.lgen)
     RETURNING job_id, lease_gen)
 SELECT COALESCE(array_agg(job_id), '{}')::bigint[], COALESCE(array_agg(lease_gen), '{}')::bigint[] FROM rej`
+
+// sqlCompleteManyRouted is sqlCompleteMany without the rejection records, for Citus
+// (see fencedSQL): $1 ids, $2 generations, $3 outputs. It returns the (id, generation)
+// pairs it completed; the caller records the others.
+var sqlCompleteManyRouted = `
+WITH l AS MATERIALIZED (
+    SELECT l.*, ` + sqlRunning + `::text AS lstate
+    FROM unnest($1::bigint[], $2::bigint[], $3::jsonb[]) AS l(lid, lgen, lout)),
+upd AS (
+    UPDATE fenceq_jobs j SET state = ` + sqlCompleted + `, finished_at = now(), lease_expires_at = NULL,
+        output = l.lout
+    FROM l WHERE j.id = l.lid AND j.lease_gen = l.lgen AND j.state = l.lstate
+    RETURNING j.id, j.lease_gen)
+SELECT COALESCE(array_agg(id), '{}')::bigint[], COALESCE(array_agg(lease_gen), '{}')::bigint[] FROM upd`
 
 // sqlFail: $5 discard now, $6 backoff (µs), $7 error, $8 trace, $9 whether the backoff
 // counts from the attempt's attempted_at (never earlier than now()) rather than now().
@@ -275,6 +308,18 @@ SELECT state FROM fenceq_jobs
 ` + lockedGuard + `
 FOR UPDATE`
 
+// sqlLockLeaseChecked is sqlLockLease for a transaction sent as one pipeline: when the
+// lease is gone it raises an error instead of returning no row, so the server skips
+// every statement queued behind it (the writes, the completion, COMMIT) and the
+// transaction is left aborted.
+var sqlLockLeaseChecked = `
+SELECT CASE count(*) WHEN 1 THEN 1
+       ELSE (` + sqlLit(lockMissed) + ` || count(*))::int END
+FROM (SELECT 1 FROM fenceq_jobs ` + lockedGuard + ` FOR UPDATE) l`
+
+// lockMissed starts the error text of a checked lock that matched no row.
+const lockMissed = "fenceq: fenced lock matched rows: "
+
 // sqlCompleteLocked: $3 the job's output (NULL for none).
 var sqlCompleteLocked = `
 UPDATE fenceq_jobs SET state = ` + sqlCompleted + `, finished_at = now(), lease_expires_at = NULL,
@@ -310,7 +355,26 @@ VALUES ($1, $2, $3, ` + sqlEventStaleWrite + `, $4)`
 
 // sqlReap revokes expired leases. $1 limit, $2 freshness (µs) of a holder's worker
 // heartbeat that counts as alive.
-var sqlReap = `
+var sqlReap = reapRevoke + `,
+ev AS (
+    INSERT INTO fenceq_lease_events (job_id, lease_gen, worker_id, kind, detail)
+    SELECT id, egen, eby, ` + sqlEventRevoked + `, ` + sqlLit(detailExpired) + ` || '; now ' || state FROM upd
+    UNION ALL
+    SELECT u.id, u.egen, u.eby, ` + sqlEventHolderAlive + `, ` + sqlLit(detailHolderAlive) + `
+    FROM upd u JOIN alive a ON a.id = u.id),
+wake AS (
+    SELECT count(pg_notify(` + sqlLit(ChannelPrefix) + ` || current_schema(), q)) AS n
+    FROM (SELECT DISTINCT queue AS q FROM upd WHERE state = ` + sqlAvailable + `) x)
+` + reapResult + ` CROSS JOIN wake`
+
+// sqlReapRouted is sqlReap without the events and the wake-ups, for Citus (see
+// fencedSQL): Reap records the events in the same transaction and notifies on the
+// coordinator.
+var sqlReapRouted = reapRevoke + "\n" + reapResult
+
+// reapRevoke is the part of the reaper's statement that revokes and finds the holders
+// still alive.
+var reapRevoke = `
 WITH expired AS (
     SELECT id AS eid, lease_gen AS egen, leased_by AS eby,
            jsonb_build_object('at', now(), 'attempt', attempt, 'lease_gen', lease_gen, 'worker', leased_by,
@@ -333,19 +397,12 @@ upd AS (
     RETURNING j.id, e.egen, e.eby, j.state, j.queue, j.kind),
 alive AS (
     SELECT u.id FROM upd u JOIN fenceq_workers w ON w.id = u.eby
-    WHERE w.heartbeat_at > now() - $2::bigint * interval '1 microsecond'),
-ev AS (
-    INSERT INTO fenceq_lease_events (job_id, lease_gen, worker_id, kind, detail)
-    SELECT id, egen, eby, ` + sqlEventRevoked + `, ` + sqlLit(detailExpired) + ` || '; now ' || state FROM upd
-    UNION ALL
-    SELECT u.id, u.egen, u.eby, ` + sqlEventHolderAlive + `, 'holder still heartbeats in fenceq_workers'
-    FROM upd u JOIN alive a ON a.id = u.id),
-wake AS (
-    SELECT count(pg_notify(` + sqlLit(ChannelPrefix) + ` || current_schema(), q)) AS n
-    FROM (SELECT DISTINCT queue AS q FROM upd WHERE state = ` + sqlAvailable + `) x)
-SELECT u.id, u.egen, COALESCE(u.eby, ''), u.state, u.queue, u.kind,
+    WHERE w.heartbeat_at > now() - $2::bigint * interval '1 microsecond')`
+
+// reapResult is the reaper's result: one row per revocation.
+const reapResult = `SELECT u.id, u.egen, COALESCE(u.eby, ''), u.state, u.queue, u.kind,
        EXISTS (SELECT 1 FROM alive a WHERE a.id = u.id)
-FROM upd u CROSS JOIN wake`
+FROM upd u`
 
 // sqlPromoteDue makes scheduled and retryable jobs whose time has come available.
 var sqlPromoteDue = `

@@ -225,15 +225,34 @@ func Heartbeat(ctx context.Context, db DBTX, workerID string, leases []Lease, le
 	return res, nil
 }
 
-func fencedWrite(ctx context.Context, db DBTX, op string, l Lease, sql string, args ...any) (State, error) {
+func fencedWrite(ctx context.Context, db DBTX, op string, l Lease, sql fencedSQL, args ...any) (State, error) {
 	all := append([]any{l.JobID, l.Gen, l.Holder, op}, args...)
 	var state string
-	err := db.QueryRow(ctx, sql, all...).Scan(&state)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return "", fmt.Errorf("%s job %d at lease generation %d: %w", op, l.JobID, l.Gen, ErrLeaseLost)
-	}
+	lost := false
+	err := withConn(ctx, db, func(db DBTX) error {
+		dist, err := selfNotify(ctx, db)
+		if err != nil {
+			return err
+		}
+		q := sql.one
+		if dist {
+			q = sql.routed
+		}
+		err = db.QueryRow(ctx, q, all...).Scan(&state)
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		lost = true
+		if dist {
+			return RecordStaleWrite(ctx, db, l, op)
+		}
+		return nil
+	})
 	if err != nil {
 		return "", fmt.Errorf("%s job %d: %w", op, l.JobID, err)
+	}
+	if lost {
+		return "", fmt.Errorf("%s job %d at lease generation %d: %w", op, l.JobID, l.Gen, ErrLeaseLost)
 	}
 	return State(state), nil
 }
@@ -277,25 +296,55 @@ func CompleteManyWithOutputs(ctx context.Context, db DBTX, holder string, leases
 		}
 	}
 	ids, gens := leaseArrays(leases)
-	var lostIDs, lostGens []int64
-	if err := db.QueryRow(ctx, sqlCompleteMany, customPlan, ids, gens, holder, outputs).Scan(&lostIDs, &lostGens); err != nil {
+	var lost []Lease
+	err := withConn(ctx, db, func(db DBTX) error {
+		dist, err := selfNotify(ctx, db)
+		if err != nil {
+			return err
+		}
+		if !dist {
+			var lostIDs, lostGens []int64
+			if err := db.QueryRow(ctx, sqlCompleteMany, customPlan, ids, gens, holder, outputs).Scan(&lostIDs, &lostGens); err != nil {
+				return err
+			}
+			lost = pickLeases(leases, lostIDs, lostGens, true)
+			return nil
+		}
+		var doneIDs, doneGens []int64
+		if err := db.QueryRow(ctx, sqlCompleteManyRouted, customPlan, ids, gens, outputs).Scan(&doneIDs, &doneGens); err != nil {
+			return err
+		}
+		lost = pickLeases(leases, doneIDs, doneGens, false)
+		evs := make([]eventRow, len(lost))
+		for i, l := range lost {
+			evs[i] = eventRow{jobID: l.JobID, gen: l.Gen, worker: &holder, kind: EventStaleWriteRejected, detail: "complete"}
+		}
+		return insertEvents(ctx, db, evs)
+	})
+	if err != nil {
 		return nil, fmt.Errorf("complete %d jobs: %w", len(leases), err)
 	}
-	if len(lostIDs) == 0 {
-		return nil, nil
+	return lost, nil
+}
+
+// pickLeases returns the leases whose (id, generation) pair is among ids and gens when
+// in is true, and those whose pair is not when in is false; nil when there are none.
+func pickLeases(leases []Lease, ids, gens []int64, in bool) []Lease {
+	if in && len(ids) == 0 {
+		return nil
 	}
 	type key struct{ id, gen int64 }
-	isLost := make(map[key]bool, len(lostIDs))
-	for i, id := range lostIDs {
-		isLost[key{id, lostGens[i]}] = true
+	listed := make(map[key]bool, len(ids))
+	for i, id := range ids {
+		listed[key{id, gens[i]}] = true
 	}
-	lost := make([]Lease, 0, len(lostIDs))
+	var out []Lease
 	for _, l := range leases {
-		if isLost[key{l.JobID, l.Gen}] {
-			lost = append(lost, l)
+		if listed[key{l.JobID, l.Gen}] == in {
+			out = append(out, l)
 		}
 	}
-	return lost, nil
+	return out
 }
 
 // FailParams describes a failed attempt.
@@ -426,13 +475,7 @@ type LeaseTx struct {
 // whose Commit is refused (the transaction commits when fn returns) and whose Rollback
 // ends the transaction, making WithLease fail; it must not be used after fn returns.
 func WithLease(ctx context.Context, db Beginner, l Lease, how LeaseTx, fn TxFunc) error {
-	op := how.Op
-	if op == "" {
-		op = "with lease"
-		if how.Complete {
-			op = "commit"
-		}
-	}
+	op := leaseOp(how)
 	switch c := db.(type) {
 	case *pgxpool.Pool:
 		pc, err := c.Acquire(ctx)
@@ -445,6 +488,17 @@ func WithLease(ctx context.Context, db Beginner, l Lease, how LeaseTx, fn TxFunc
 		return withLeasePipelined(ctx, c, l, how, op, fn)
 	}
 	return withLeaseTx(ctx, db, l, how, op, fn)
+}
+
+// leaseOp is how.Op with its default.
+func leaseOp(how LeaseTx) string {
+	switch {
+	case how.Op != "":
+		return how.Op
+	case how.Complete:
+		return "commit"
+	}
+	return "with lease"
 }
 
 // withLeasePipelined is WithLease on one connection, in two round trips of its own.

@@ -38,23 +38,49 @@ func Reap(ctx context.Context, db DBTX, p ReapParams) ([]Revocation, error) {
 	}
 	var out []Revocation
 	err := withConn(ctx, db, func(db DBTX) error {
-		var err error
-		if out, err = reap(ctx, db, p); err != nil {
+		dist, err := selfNotify(ctx, db)
+		if err != nil {
+			return fmt.Errorf("reap expired leases: %w", err)
+		}
+		if !dist {
+			out, err = reap(ctx, db, sqlReap, p)
 			return err
 		}
-		var queues []string
-		for _, r := range out {
-			if r.State == StateAvailable {
-				queues = append(queues, r.Queue)
+		// On Citus the revocations, their events and the wake-ups of their queues are
+		// statements of one transaction, each routed to the schema's node or run on
+		// the coordinator (see fencedSQL).
+		return inTx(ctx, db, func(tx DBTX) error {
+			if out, err = reap(ctx, tx, sqlReapRouted, p); err != nil {
+				return err
 			}
-		}
-		return notifyQueues(ctx, db, queues)
+			evs := make([]eventRow, 0, len(out))
+			var queues []string
+			for _, r := range out {
+				var holder *string
+				if r.Holder != "" {
+					holder = &r.Holder
+				}
+				evs = append(evs, eventRow{jobID: r.JobID, gen: r.Gen, worker: holder, kind: EventRevoked,
+					detail: detailExpired + "; now " + string(r.State)})
+				if r.HolderAlive {
+					evs = append(evs, eventRow{jobID: r.JobID, gen: r.Gen, worker: holder, kind: EventExpiredHolderAlive,
+						detail: detailHolderAlive})
+				}
+				if r.State == StateAvailable {
+					queues = append(queues, r.Queue)
+				}
+			}
+			if err := insertEvents(ctx, tx, evs); err != nil {
+				return fmt.Errorf("reap expired leases: %w", err)
+			}
+			return notifyQueues(ctx, tx, queues)
+		})
 	})
 	return out, err
 }
 
-func reap(ctx context.Context, db DBTX, p ReapParams) ([]Revocation, error) {
-	rows, err := db.Query(ctx, sqlReap, customPlan, p.Limit, micros(p.HolderFresh))
+func reap(ctx context.Context, db DBTX, sql string, p ReapParams) ([]Revocation, error) {
+	rows, err := db.Query(ctx, sql, customPlan, p.Limit, micros(p.HolderFresh))
 	if err != nil {
 		return nil, fmt.Errorf("reap expired leases: %w", err)
 	}

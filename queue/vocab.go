@@ -119,6 +119,14 @@ const (
 	detailRequeuedByAdmin  = "requeued by operator"
 )
 
+// Details of the other events: the reaper's note that a holder it revoked still
+// heartbeats, and a holder's own records of a lease its heartbeat found gone.
+const (
+	detailHolderAlive    = "holder still heartbeats in fenceq_workers"
+	detailHeartbeatLost  = "heartbeat found the lease gone"
+	detailHolderWasAlive = "the holder was still running the job when its expired lease was revoked"
+)
+
 // SQL spellings of the vocabulary above. Statements name states literally where the
 // planner must match them against a partial index's predicate (a parameter would not
 // match), so they are rendered here from the constants, never typed again.
