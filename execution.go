@@ -103,24 +103,44 @@ func (e *execution) extend(sent time.Time) {
 }
 
 func (e *execution) commit(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) error {
+	var fnErr error
+	return e.commitWith(ctx, func(ctx context.Context, how queue.LeaseTx) error {
+		err := queue.WithLease(ctx, e.w.pool, e.lease, how, func(ctx context.Context, tx pgx.Tx) error {
+			fnErr = fn(ctx, tx)
+			return fnErr
+		})
+		if fnErr != nil {
+			return &fnError{err}
+		}
+		return err
+	})
+}
+
+// fnError marks the error of a commit whose function failed: the transaction rolled
+// back, so there is no outcome to look for.
+type fnError struct{ err error }
+
+func (e *fnError) Error() string { return e.err.Error() }
+func (e *fnError) Unwrap() error { return e.err }
+
+// commitWith runs one fenced commit of the job through run, which gets the LeaseTx to
+// pass on, and settles its outcome: a lost lease is reported to the hooks, and an
+// error that may hide a commit that landed (a lost reply) is looked up.
+func (e *execution) commitWith(ctx context.Context, run func(ctx context.Context, how queue.LeaseTx) error) error {
 	w := e.w
 	if _, released := e.flags(); released {
 		return fmt.Errorf("commit job %d: lease released on shutdown: %w", e.lease.JobID, ErrLeaseLost)
 	}
-	var fnErr error
-	how := queue.LeaseTx{Complete: true, Output: e.recordedOutput}
-	err := queue.WithLease(ctx, w.pool, e.lease, how, func(ctx context.Context, tx pgx.Tx) error {
-		fnErr = fn(ctx, tx)
-		return fnErr
-	})
+	err := run(ctx, queue.LeaseTx{Complete: true, Output: e.recordedOutput})
+	var fe *fnError
 	switch {
 	case err == nil:
 	case errors.Is(err, ErrLeaseLost):
 		w.hooks.staleWriteRejected(e.hookCtx(), e.row, "commit")
 		w.log.Warn("fenced commit rejected: lease lost", "job_id", e.lease.JobID, "lease_gen", e.lease.Gen, "kind", e.row.Kind)
 		return err
-	case fnErr != nil:
-		return err
+	case errors.As(err, &fe):
+		return fe.err
 	default:
 		// The outcome of COMMIT may be unknown (connection lost): look before retrying.
 		state, landed, lerr := w.landedWithin(e.lease)

@@ -16,6 +16,9 @@ type (
 	JobRow = queue.JobRow
 	// Lease names one holding of a job: (job id, lease generation, holder).
 	Lease = queue.Lease
+	// Writes are the statements of a fenced commit known before it starts
+	// (Job.CommitWrites).
+	Writes = queue.Writes
 	// State is a job state.
 	State = queue.State
 	// InsertResult is the outcome of Enqueue.
@@ -89,6 +92,20 @@ func (j *Job[T]) Lease() Lease { return j.exec.lease }
 // completed.
 func (j *Job[T]) Commit(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) error {
 	return j.exec.commit(ctx, fn)
+}
+
+// CommitWrites is Commit for a job whose result rows are known before the transaction
+// starts: w's statements, queued with w.Exec, commit with the job's completion in one
+// round trip to the database (BEGIN, the lock on the job row, w's statements, the
+// completion and COMMIT, sent as one pipeline). The guarantees are Commit's: the row is
+// locked before any of w's statements runs and until COMMIT, a revoked lease writes
+// nothing and returns an error matching ErrLeaseLost, and a statement that fails (a
+// unique violation) writes nothing and returns its error. Use Commit when a statement
+// needs another's result or the transaction needs Go code between statements.
+func (j *Job[T]) CommitWrites(ctx context.Context, w *Writes) error {
+	return j.exec.commitWith(ctx, func(ctx context.Context, how queue.LeaseTx) error {
+		return queue.WithLeaseWrites(ctx, j.exec.w.pool, j.exec.lease, how, w)
+	})
 }
 
 // WithLease runs fn in a transaction fenced by the job's lease without completing the

@@ -74,6 +74,13 @@ func writeResult(ctx context.Context, job *fenceq.Job[resultArgs]) error {
 	})
 }
 
+// writeResultPipelined is writeResult through CommitWrites: one pipeline.
+func writeResultPipelined(ctx context.Context, job *fenceq.Job[resultArgs]) error {
+	w := &fenceq.Writes{}
+	w.Exec(`INSERT INTO results (job_id, lease_gen, value) VALUES ($1, $2, $3)`, job.ID, job.Lease().Gen, job.Args.Value)
+	return job.CommitWrites(ctx, w)
+}
+
 // Worker A pauses past its lease (its network goes silent, as
 // in a GC pause or SIGSTOP); the reaper revokes the lease; worker B claims a newer
 // generation and commits; A resumes and every write it tries is rejected by the
@@ -406,11 +413,22 @@ func recv[T any](t *testing.T, ch <-chan T, within time.Duration, what string) T
 // refused connection and leave the handler with an error for a commit that landed.
 func TestLostCommitReplyIsSettledAfterTheDatabaseReturns(t *testing.T) {
 	t.Parallel()
+	for name, commit := range map[string]func(context.Context, *fenceq.Job[resultArgs]) error{
+		"Commit": writeResult, "CommitWrites": writeResultPipelined,
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			testLostCommitReplyIsSettled(t, commit)
+		})
+	}
+}
+
+func testLostCommitReplyIsSettled(t *testing.T, commit func(context.Context, *fenceq.Job[resultArgs]) error) {
 	b := setup(t)
 	pool, proxy := b.proxiedPool(t)
 	commitErr := make(chan error, 1)
 	fenceq.AddHandler(b.hs, func(ctx context.Context, job *fenceq.Job[resultArgs]) error {
-		err := writeResult(ctx, job)
+		err := commit(ctx, job)
 		commitErr <- err
 		return err
 	}, nil)

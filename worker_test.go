@@ -2,6 +2,7 @@ package fenceq_test
 
 import (
 	"context"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -95,6 +96,49 @@ func TestWorkerRunsJobsWithFencedCommit(t *testing.T) {
 	}
 	if ran.Load() != 1 {
 		t.Fatalf("handler ran %d times", ran.Load())
+	}
+}
+
+// CommitWrites commits the queued statements, the recorded output and the completion
+// together; a statement that fails writes nothing and fails the attempt with its error.
+func TestWorkerRunsJobsWithCommitWrites(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	fenceq.AddHandler(b.hs, func(ctx context.Context, job *fenceq.Job[echoArgs]) error {
+		if err := fenceq.RecordOutput(ctx, map[string]string{"echo": job.Args.Value}); err != nil {
+			return err
+		}
+		w := &fenceq.Writes{}
+		w.Exec(`INSERT INTO results (job_id, lease_gen, value) VALUES ($1, $2, $3)`, job.ID, job.Lease().Gen, job.Args.Value)
+		return job.CommitWrites(ctx, w)
+	}, nil)
+	ok, err := fenceq.Enqueue(b.ctx, b.db.Pool, echoArgs{Value: "hello"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clash, err := fenceq.Enqueue(b.ctx, b.db.Pool, echoArgs{Value: "clash"}, &fenceq.InsertOpts{MaxAttempts: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A result row of the second job exists already: its write violates UNIQUE (job_id).
+	if _, err := b.db.Pool.Exec(b.ctx, `INSERT INTO results (job_id, lease_gen, value) VALUES ($1, 0, 'before')`, clash.Job.ID); err != nil {
+		t.Fatal(err)
+	}
+	b.startWorker(t, b.fastConfig(2*time.Second))
+	got := fenceqtest.WaitState(t, b.db.Pool, ok.Job.ID, queue.StateCompleted, 10*time.Second)
+	if string(got.Output) != `{"echo": "hello"}` {
+		t.Fatalf("output %s", got.Output)
+	}
+	var v string
+	if err := b.db.Pool.QueryRow(b.ctx, `SELECT value FROM results WHERE job_id = $1`, ok.Job.ID).Scan(&v); err != nil || v != "hello" {
+		t.Fatalf("result row: %q %v", v, err)
+	}
+	failed := fenceqtest.WaitState(t, b.db.Pool, clash.Job.ID, queue.StateDiscarded, 10*time.Second)
+	if len(failed.Errors) != 1 || !strings.Contains(failed.Errors[0].Error, "write 1") || failed.Output != nil {
+		t.Fatalf("failed job: errors %+v, output %s", failed.Errors, failed.Output)
+	}
+	if err := b.db.Pool.QueryRow(b.ctx, `SELECT value FROM results WHERE job_id = $1`, clash.Job.ID).Scan(&v); err != nil || v != "before" {
+		t.Fatalf("the failed commit changed the result row: %q %v", v, err)
 	}
 }
 

@@ -56,6 +56,7 @@ func benchCommand() *ucli.Command {
 			&ucli.IntFlag{Name: "claim-batch", Usage: "fenceq ClaimBatchSize", DefaultText: "the engine's"},
 			&ucli.IntFlag{Name: "queues", Usage: "spread the jobs over `N` queues, each served with --workers slots", DefaultText: "1"},
 			&ucli.IntFlag{Name: "args-bytes", Usage: "pad each job's args with `N` bytes that do not compress", DefaultText: "none"},
+			&ucli.BoolFlag{Name: "commit-writes", Usage: "fenced: fenceq's handler commits through Job.CommitWrites (one pipeline) instead of Job.Commit"},
 			&ucli.DurationFlag{Name: "job-sleep", Usage: "drain, fenced: each handler sleeps this long (memory per running job)", DefaultText: "none"},
 			&ucli.BoolFlag{Name: "trace-sql", Usage: "after each run, print its statements by total time on stderr"},
 			&ucli.StringFlag{Name: "cpuprofile", Usage: "write a Go CPU profile of the whole bench (this process: the workers and the load) to `FILE`"},
@@ -86,6 +87,7 @@ func benchCommand() *ucli.Command {
 				Queues:          c.Int("queues"),
 				ArgsBytes:       c.Int("args-bytes"),
 				JobSleep:        c.Duration("job-sleep"),
+				CommitWrites:    c.Bool("commit-writes"),
 				TraceSQL:        c.Bool("trace-sql"),
 			}
 			if !c.Bool("quiet") {
@@ -178,6 +180,9 @@ func benchUsage(cfg bench.Config) error {
 	}
 	if cfg.JobSleep < 0 {
 		return usageError{fmt.Errorf("--job-sleep: %s must not be negative", cfg.JobSleep)}
+	}
+	if cfg.CommitWrites && cfg.Workload != bench.WorkloadFenced {
+		return usageError{fmt.Errorf("--commit-writes: only the %s workload commits in its handlers, not %s", bench.WorkloadFenced, cfg.Workload)}
 	}
 	if cfg.Runs < 1 {
 		return usageError{fmt.Errorf("--runs: %d must be at least 1", cfg.Runs)}

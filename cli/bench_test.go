@@ -77,6 +77,7 @@ func TestBenchUsageErrors(t *testing.T) {
 		{[]string{"drain", "--queues", "-1"}, "--queues"},
 		{[]string{"drain", "--args-bytes", "-10"}, "--args-bytes"},
 		{[]string{"drain", "--job-sleep", "-1s"}, "--job-sleep"},
+		{[]string{"drain", "--commit-writes"}, "--commit-writes"},
 	} {
 		_, errOut, code := runBench(t, tc.args...)
 		if code != ExitUsage || !strings.Contains(errOut, tc.want) {

@@ -61,7 +61,7 @@ var commandFlags = map[string][]string{
 	"demo": {"customers", "workers", "order-keys", "lease", "seed", "keep", "verbose", "timeout", "pg-bin-dir",
 		"local-database-url", "database-url", "json"},
 	"bench": {"jobs", "duration", "rate", "workers", "conns", "runs", "vs", "retained", "idle-xact", "no-ceiling",
-		"no-checkpoint", "ceiling-claimers", "claim-batch", "queues", "args-bytes", "job-sleep", "trace-sql", "cpuprofile", "memprofile", "quiet", "verbose",
+		"no-checkpoint", "ceiling-claimers", "claim-batch", "queues", "args-bytes", "commit-writes", "job-sleep", "trace-sql", "cpuprofile", "memprofile", "quiet", "verbose",
 		"database-url", "json"},
 	"chaos": {"duration", "seed", "workers", "faults", "naive", "own-cluster", "hosts", "failover", "async", "replica-lag", "lease", "concurrency", "settle",
 		"wave-every", "customers", "order-keys", "sleep-jobs", "worker-database-url", "no-listen", "log-dir",

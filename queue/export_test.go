@@ -5,3 +5,6 @@ var (
 	SQLLockLease             = sqlLockLease
 	SQLCompleteLockedChecked = sqlCompleteLockedChecked
 )
+
+// SQLLockLeaseChecked is the lock of a fenced transaction sent as one pipeline.
+var SQLLockLeaseChecked = sqlLockLeaseChecked

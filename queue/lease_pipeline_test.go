@@ -273,6 +273,7 @@ func TestFencedStatementsFindTheRowByID(t *testing.T) {
 	defer conn.Close(b.ctx)
 	stmts := map[string]string{
 		"lock(bigint, bigint)":            queue.SQLLockLease,
+		"lockchecked(bigint, bigint)":     queue.SQLLockLeaseChecked,
 		"complete(bigint, bigint, jsonb)": queue.SQLCompleteLockedChecked,
 	}
 	for sig, sql := range stmts {
@@ -284,7 +285,7 @@ func TestFencedStatementsFindTheRowByID(t *testing.T) {
 		if _, err := conn.Exec(b.ctx, "SET plan_cache_mode = "+mode); err != nil {
 			t.Fatal(err)
 		}
-		for _, exec := range []string{"lock($1, $2)", "complete($1, $2, NULL)"} {
+		for _, exec := range []string{"lock($1, $2)", "lockchecked($1, $2)", "complete($1, $2, NULL)"} {
 			rows, err := conn.Query(b.ctx, "EXPLAIN EXECUTE "+exec, pgx.QueryExecModeSimpleProtocol, l.JobID, l.Gen)
 			if err != nil {
 				t.Fatal(err)

@@ -15,9 +15,9 @@
 //   - steady: inserts (COPY batches keeping a backlog) and work together for a duration.
 //   - latency: single-row enqueues at a fixed arrival rate; enqueue→start p50/p95/p99.
 //   - fenced: each job commits a result row, an outbox row and its completion in one
-//     transaction (fenceq: Job.Commit, fenced by the lease generation; River:
-//     JobCompleteTx); its bare-SQL ceiling sends each job's transaction in one pipelined
-//     round trip.
+//     transaction (fenceq: Job.Commit, or Job.CommitWrites with Config.CommitWrites,
+//     fenced by the lease generation; River: JobCompleteTx); its bare-SQL ceiling sends
+//     each job's transaction in one pipelined round trip.
 package bench
 
 import (
@@ -113,6 +113,10 @@ type Config struct {
 	// characters that do not compress, so args past the TOAST threshold (about 2 KB) are
 	// stored out of line. 0 pads nothing.
 	ArgsBytes int
+	// CommitWrites has fenceq's fenced handler commit through Job.CommitWrites (its two
+	// inserts and the completion in one pipeline) instead of Job.Commit. River's side is
+	// unchanged: River has no such call.
+	CommitWrites bool
 	// JobSleep makes every handler of drain and fenced sleep this long before it
 	// returns, so that Workers jobs run at once: the memory figures per 1,000 running
 	// jobs come from such runs.

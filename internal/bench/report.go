@@ -175,6 +175,7 @@ type Settings struct {
 	Queues          int    `json:"queues"`
 	ArgsBytes       int    `json:"args_bytes,omitempty"`
 	JobSleep        string `json:"job_sleep,omitempty"`
+	CommitWrites    bool   `json:"commit_writes,omitempty"`
 }
 
 // Conditions describes the machine and server the figures come from.
@@ -203,7 +204,7 @@ type Report struct {
 func newReport(ctx context.Context, cfg Config, systems []system) (*Report, error) {
 	r := &Report{Workload: cfg.Workload, Settings: Settings{
 		Workers: cfg.Workers, Conns: cfg.Conns, Runs: cfg.Runs, Retained: cfg.Retained, Checkpoint: cfg.Checkpoint,
-		Queues: cfg.Queues, ArgsBytes: cfg.ArgsBytes,
+		Queues: cfg.Queues, ArgsBytes: cfg.ArgsBytes, CommitWrites: cfg.CommitWrites && cfg.Workload == WorkloadFenced,
 	}}
 	if cfg.JobSleep > 0 {
 		r.Settings.JobSleep = cfg.JobSleep.String()
@@ -351,6 +352,9 @@ func (r *Report) settingsLine() string {
 	}
 	if s.JobSleep != "" {
 		parts = append(parts, "each job sleeping "+s.JobSleep)
+	}
+	if s.CommitWrites {
+		parts = append(parts, "fenceq committing through Job.CommitWrites")
 	}
 	if s.Retained > 0 {
 		parts = append(parts, fmt.Sprintf("%d finished jobs retained", s.Retained))
