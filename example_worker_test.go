@@ -101,3 +101,59 @@ func exampleSchema(ctx context.Context) (*pgxpool.Pool, func()) {
 		_ = admin.Close(ctx)
 	}
 }
+
+// A handler whose result rows are known before it commits sends its whole fenced
+// transaction in one round trip: the row lock, the statements, the completion, COMMIT.
+func ExampleJob_CommitWrites() {
+	ctx := context.Background()
+	pool, cleanup := exampleSchema(ctx)
+	defer cleanup()
+	if err := migrations.Up(ctx, pool); err != nil {
+		log.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `CREATE TABLE greetings (job_id bigint PRIMARY KEY, text text NOT NULL);
+		CREATE TABLE webhooks (dedupe_key text PRIMARY KEY, payload jsonb NOT NULL)`); err != nil {
+		log.Fatal(err)
+	}
+
+	done := make(chan struct{})
+	hs := fenceq.NewHandlers()
+	fenceq.AddHandler(hs, func(ctx context.Context, job *fenceq.Job[GreetArgs]) error {
+		defer close(done)
+		text := "hello, " + job.Args.Name
+		w := &fenceq.Writes{}
+		w.Exec(`INSERT INTO greetings (job_id, text) VALUES ($1, $2)`, job.ID, text)
+		w.Exec(`INSERT INTO webhooks (dedupe_key, payload) VALUES ($1, jsonb_build_object('text', $2::text))`,
+			fmt.Sprintf("greeting:%d", job.ID), text)
+		return job.CommitWrites(ctx, w)
+	}, nil)
+
+	w, err := fenceq.NewWorker(pool, fenceq.Config{Handlers: hs, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := w.Start(ctx); err != nil {
+		log.Fatal(err)
+	}
+	res, err := fenceq.Enqueue(ctx, pool, GreetArgs{Name: "pipeline"}, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	<-done
+	stopCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := w.Stop(stopCtx); err != nil {
+		log.Fatal(err)
+	}
+
+	var text, payload, state string
+	if err := pool.QueryRow(ctx, `
+		SELECT g.text, h.payload::text, j.state FROM greetings g
+		JOIN fenceq_jobs j ON j.id = g.job_id
+		JOIN webhooks h ON h.dedupe_key = 'greeting:' || j.id
+		WHERE j.id = $1`, res.Job.ID).Scan(&text, &payload, &state); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(text, "/", payload, "/", state)
+	// Output: hello, pipeline / {"text": "hello, pipeline"} / completed
+}
