@@ -229,6 +229,7 @@ func fencedWrite(ctx context.Context, db DBTX, op string, l Lease, sql fencedSQL
 	all := append([]any{l.JobID, l.Gen, l.Holder, op}, args...)
 	var state string
 	lost := false
+	var recordErr error
 	err := withConn(ctx, db, func(db DBTX) error {
 		dist, err := selfNotify(ctx, db)
 		if err != nil {
@@ -244,7 +245,7 @@ func fencedWrite(ctx context.Context, db DBTX, op string, l Lease, sql fencedSQL
 		}
 		lost = true
 		if dist {
-			return RecordStaleWrite(ctx, db, l, op)
+			recordErr = RecordStaleWrite(ctx, db, l, op)
 		}
 		return nil
 	})
@@ -252,7 +253,11 @@ func fencedWrite(ctx context.Context, db DBTX, op string, l Lease, sql fencedSQL
 		return "", fmt.Errorf("%s job %d: %w", op, l.JobID, err)
 	}
 	if lost {
-		return "", fmt.Errorf("%s job %d at lease generation %d: %w", op, l.JobID, l.Gen, ErrLeaseLost)
+		lostErr := fmt.Errorf("%s job %d at lease generation %d: %w", op, l.JobID, l.Gen, ErrLeaseLost)
+		if recordErr != nil {
+			return "", errors.Join(lostErr, recordErr)
+		}
+		return "", lostErr
 	}
 	return State(state), nil
 }

@@ -130,7 +130,9 @@ func WithLeaseWrites(ctx context.Context, db Beginner, l Lease, how LeaseTx, w *
 	}
 	switch {
 	case at == 0:
-		return fmt.Errorf("%s of job %d: begin: %w", op, l.JobID, first)
+		// BEGIN, or the preparation of a statement the connection had not described
+		// yet (a syntax error): nothing ran.
+		return fmt.Errorf("%s of job %d: %w", op, l.JobID, first)
 	case at == 1 && pgErr.Code == codeInvalidTextRepresentation && strings.Contains(pgErr.Message, lockMissed):
 		lost := fmt.Errorf("lock job %d at lease generation %d: %w", l.JobID, l.Gen, ErrLeaseLost)
 		if rbErr != nil {

@@ -168,3 +168,24 @@ func TestWithLeaseWritesHoldOffReaper(t *testing.T) {
 		t.Fatalf("job %s gen %d, %d result rows", got.State, got.LeaseGen, b.results(t, j.ID))
 	}
 }
+
+// A statement that cannot be prepared fails the commit with the server's error and
+// writes nothing.
+func TestWithLeaseWritesBadStatement(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	createResults(t, b)
+	l := queue.LeaseOf(b.claimOne(t))
+	w := resultWrites(l)
+	w.Exec(`INSERT INTO no_such_table VALUES ($1)`, 1)
+	err := queue.WithLeaseWrites(b.ctx, b.db.Pool, l, queue.LeaseTx{Complete: true}, w)
+	if err == nil || !strings.Contains(err.Error(), "no_such_table") {
+		t.Fatalf("commit with a bad statement: %v; want the server's error naming the table", err)
+	}
+	if b.results(t, l.JobID) != 0 || b.job(t, l.JobID).State != queue.StateRunning {
+		t.Fatalf("a failed commit wrote %d result rows, job %s", b.results(t, l.JobID), b.job(t, l.JobID).State)
+	}
+	if err := queue.Complete(b.ctx, b.db.Pool, l); err != nil {
+		t.Fatalf("complete after the failed commit: %v", err)
+	}
+}
