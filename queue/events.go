@@ -105,11 +105,11 @@ func ListLeaseEvents(ctx context.Context, db DBTX, jobID int64, limit int) ([]Le
 	return out, nil
 }
 
-// sqlRecordLeaseLost reads the revocations and earlier expired_holder_alive events of the
-// leases as joins, not as correlated subqueries: Citus plans none next to a CTE. Every
-// part of the statement sees the same snapshot, so the heartbeat_lost rows it inserts
-// are not among those read.
-var sqlRecordLeaseLost = `
+// leaseLostReads are the CTEs both forms of recording lost leases read: the leases
+// ($1 ids, $2 generations), their revocations for expiry and their earlier
+// expired_holder_alive events, as joins rather than correlated subqueries (Citus plans
+// none next to a CTE).
+var leaseLostReads = `
 WITH l AS (SELECT * FROM unnest($1::bigint[], $2::bigint[]) AS l(lid, lgen)),
 rev AS (
     SELECT DISTINCT job_id AS rid, lease_gen AS rgen FROM fenceq_lease_events
@@ -117,36 +117,32 @@ rev AS (
       AND detail LIKE ` + sqlLit(detailExpired+"%") + `),
 seen AS (
     SELECT DISTINCT job_id AS sid, lease_gen AS sgen FROM fenceq_lease_events
-    WHERE job_id = ANY($1::bigint[]) AND kind = ` + sqlEventHolderAlive + `),
+    WHERE job_id = ANY($1::bigint[]) AND kind = ` + sqlEventHolderAlive + `)`
+
+// leaseLostAlive selects the leases revoked for expiry that have no
+// expired_holder_alive event yet.
+const leaseLostAlive = `
+FROM l
+JOIN rev ON rev.rid = l.lid AND rev.rgen = l.lgen
+LEFT JOIN seen ON seen.sid = l.lid AND seen.sgen = l.lgen
+WHERE seen.sid IS NULL`
+
+// sqlRecordLeaseLost records the lost leases ($3 the holder) in one statement. Every
+// part of it sees the same snapshot, so the heartbeat_lost rows it inserts are not
+// among those read.
+var sqlRecordLeaseLost = leaseLostReads + `,
 hb AS (
     INSERT INTO fenceq_lease_events (job_id, lease_gen, worker_id, kind, detail)
     SELECT lid, lgen, $3, ` + sqlEventHeartbeatLost + `, ` + sqlLit(detailHeartbeatLost) + ` FROM l),
 alive AS (
     INSERT INTO fenceq_lease_events (job_id, lease_gen, worker_id, kind, detail)
-    SELECT l.lid, l.lgen, $3, ` + sqlEventHolderAlive + `, ` + sqlLit(detailHolderWasAlive) + `
-    FROM l
-    JOIN rev ON rev.rid = l.lid AND rev.rgen = l.lgen
-    LEFT JOIN seen ON seen.sid = l.lid AND seen.sgen = l.lgen
-    WHERE seen.sid IS NULL
+    SELECT l.lid, l.lgen, $3, ` + sqlEventHolderAlive + `, ` + sqlLit(detailHolderWasAlive) + leaseLostAlive + `
     RETURNING job_id)
 SELECT COALESCE(array_agg(job_id), '{}')::bigint[] FROM alive`
 
-// sqlLeasesLostAlive is the read of sqlRecordLeaseLost alone, for Citus (see fencedSQL):
-// the leases that were revoked for expiry and have no expired_holder_alive event yet.
-var sqlLeasesLostAlive = `
-WITH l AS (SELECT * FROM unnest($1::bigint[], $2::bigint[]) AS l(lid, lgen)),
-rev AS (
-    SELECT DISTINCT job_id AS rid, lease_gen AS rgen FROM fenceq_lease_events
-    WHERE job_id = ANY($1::bigint[]) AND kind = ` + sqlEventRevoked + `
-      AND detail LIKE ` + sqlLit(detailExpired+"%") + `),
-seen AS (
-    SELECT DISTINCT job_id AS sid, lease_gen AS sgen FROM fenceq_lease_events
-    WHERE job_id = ANY($1::bigint[]) AND kind = ` + sqlEventHolderAlive + `)
-SELECT COALESCE(array_agg(l.lid), '{}')::bigint[], COALESCE(array_agg(l.lgen), '{}')::bigint[]
-FROM l
-JOIN rev ON rev.rid = l.lid AND rev.rgen = l.lgen
-LEFT JOIN seen ON seen.sid = l.lid AND seen.sgen = l.lgen
-WHERE seen.sid IS NULL`
+// sqlLeasesLostAlive is the read of sqlRecordLeaseLost alone, for Citus (see fencedSQL).
+var sqlLeasesLostAlive = leaseLostReads + `
+SELECT COALESCE(array_agg(l.lid), '{}')::bigint[], COALESCE(array_agg(l.lgen), '{}')::bigint[]` + leaseLostAlive
 
 // RecordLeasesLost records a heartbeat_lost event for each lease a live holder found
 // gone, and an expired_holder_alive event for each of them that the reaper revoked for

@@ -218,15 +218,7 @@ var sqlComplete = staleWrite(`
 // VACUUM) or makes fenceq_jobs the outer side of a nested loop. As a join condition it
 // leaves the rows to be found by id in the primary key. The batch is MATERIALIZED so
 // its constant stays opaque to the planner.
-var sqlCompleteMany = `
-WITH l AS MATERIALIZED (
-    SELECT l.*, ` + sqlRunning + `::text AS lstate
-    FROM unnest($1::bigint[], $2::bigint[], $4::jsonb[]) AS l(lid, lgen, lout)),
-upd AS (
-    UPDATE fenceq_jobs j SET state = ` + sqlCompleted + `, finished_at = now(), lease_expires_at = NULL,
-        output = l.lout
-    FROM l WHERE j.id = l.lid AND j.lease_gen = l.lgen AND j.state = l.lstate
-    RETURNING j.id, j.lease_gen),
+var sqlCompleteMany = completeManyUpdate("$4") + `,
 rej AS (
     INSERT INTO fenceq_lease_events (job_id, lease_gen, worker_id, kind, detail)
     SELECT l.lid, l.lgen, $3, ` + sqlEventStaleWrite + `, 'complete'
@@ -237,16 +229,23 @@ SELECT COALESCE(array_agg(job_id), '{}')::bigint[], COALESCE(array_agg(lease_gen
 // sqlCompleteManyRouted is sqlCompleteMany without the rejection records, for Citus
 // (see fencedSQL): $1 ids, $2 generations, $3 outputs. It returns the (id, generation)
 // pairs it completed; the caller records the others.
-var sqlCompleteManyRouted = `
+var sqlCompleteManyRouted = completeManyUpdate("$3") + `
+SELECT COALESCE(array_agg(id), '{}')::bigint[], COALESCE(array_agg(lease_gen), '{}')::bigint[] FROM upd`
+
+// completeManyUpdate is the batch of leases ($1 ids, $2 generations, outputs the
+// parameter named) and its fenced UPDATE, the CTEs both forms of the batched completion
+// start with.
+func completeManyUpdate(outputs string) string {
+	return `
 WITH l AS MATERIALIZED (
     SELECT l.*, ` + sqlRunning + `::text AS lstate
-    FROM unnest($1::bigint[], $2::bigint[], $3::jsonb[]) AS l(lid, lgen, lout)),
+    FROM unnest($1::bigint[], $2::bigint[], ` + outputs + `::jsonb[]) AS l(lid, lgen, lout)),
 upd AS (
     UPDATE fenceq_jobs j SET state = ` + sqlCompleted + `, finished_at = now(), lease_expires_at = NULL,
         output = l.lout
     FROM l WHERE j.id = l.lid AND j.lease_gen = l.lgen AND j.state = l.lstate
-    RETURNING j.id, j.lease_gen)
-SELECT COALESCE(array_agg(id), '{}')::bigint[], COALESCE(array_agg(lease_gen), '{}')::bigint[] FROM upd`
+    RETURNING j.id, j.lease_gen)`
+}
 
 // sqlFail: $5 discard now, $6 backoff (µs), $7 error, $8 trace, $9 whether the backoff
 // counts from the attempt's attempted_at (never earlier than now()) rather than now().

@@ -481,18 +481,32 @@ type LeaseTx struct {
 // ends the transaction, making WithLease fail; it must not be used after fn returns.
 func WithLease(ctx context.Context, db Beginner, l Lease, how LeaseTx, fn TxFunc) error {
 	op := leaseOp(how)
+	conn, release, err := pipelineConn(ctx, db)
+	if err != nil {
+		return fmt.Errorf("%s of job %d: %w", op, l.JobID, err)
+	}
+	if conn == nil {
+		return withLeaseTx(ctx, db, l, how, op, fn)
+	}
+	defer release()
+	return withLeasePipelined(ctx, conn, l, how, op, fn)
+}
+
+// pipelineConn returns the connection a fenced transaction pipelines its statements on:
+// one acquired from a pool (release gives it back) or the connection itself; nil for
+// any other db, which runs one statement per round trip.
+func pipelineConn(ctx context.Context, db Beginner) (conn *pgx.Conn, release func(), err error) {
 	switch c := db.(type) {
 	case *pgxpool.Pool:
 		pc, err := c.Acquire(ctx)
 		if err != nil {
-			return fmt.Errorf("%s of job %d: acquire a connection: %w", op, l.JobID, err)
+			return nil, nil, fmt.Errorf("acquire a connection: %w", err)
 		}
-		defer pc.Release()
-		return withLeasePipelined(ctx, pc.Conn(), l, how, op, fn)
+		return pc.Conn(), pc.Release, nil
 	case *pgx.Conn:
-		return withLeasePipelined(ctx, c, l, how, op, fn)
+		return c, func() {}, nil
 	}
-	return withLeaseTx(ctx, db, l, how, op, fn)
+	return nil, nil, nil
 }
 
 // leaseOp is how.Op with its default.

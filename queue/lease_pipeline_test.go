@@ -219,10 +219,9 @@ func (c *sendCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEn
 
 // A pipelined fenced commit costs two round trips besides the function's statements:
 // BEGIN with the lock, the completion with COMMIT.
-func TestWithLeasePipelinedRoundTrips(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	createResults(t, b)
+// countedConn is a connection to the test's schema whose round trips counter counts.
+func countedConn(t *testing.T, b *testBundle) (*pgx.Conn, *sendCounter) {
+	t.Helper()
 	cfg, err := pgx.ParseConfig(b.db.URL)
 	if err != nil {
 		t.Fatal(err)
@@ -233,7 +232,15 @@ func TestWithLeasePipelinedRoundTrips(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close(b.ctx)
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	return conn, counter
+}
+
+func TestWithLeasePipelinedRoundTrips(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	createResults(t, b)
+	conn, counter := countedConn(t, b)
 	for i := range 3 {
 		l := queue.LeaseOf(b.claimOne(t))
 		before := counter.n.Load()

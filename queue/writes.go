@@ -8,7 +8,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Writes are the statements of a fenced transaction known before it starts, for
@@ -57,18 +56,11 @@ func WithLeaseWrites(ctx context.Context, db Beginner, l Lease, how LeaseTx, w *
 	if w == nil {
 		w = &Writes{}
 	}
-	var conn *pgx.Conn
-	switch c := db.(type) {
-	case *pgxpool.Pool:
-		pc, err := c.Acquire(ctx)
-		if err != nil {
-			return fmt.Errorf("%s of job %d: acquire a connection: %w", op, l.JobID, err)
-		}
-		defer pc.Release()
-		conn = pc.Conn()
-	case *pgx.Conn:
-		conn = c
-	default:
+	conn, release, err := pipelineConn(ctx, db)
+	if err != nil {
+		return fmt.Errorf("%s of job %d: %w", op, l.JobID, err)
+	}
+	if conn == nil {
 		return WithLease(ctx, db, l, how, func(ctx context.Context, tx pgx.Tx) error {
 			for i, s := range w.stmts {
 				if _, err := tx.Exec(ctx, s.sql, s.args...); err != nil {
@@ -78,6 +70,7 @@ func WithLeaseWrites(ctx context.Context, db Beginner, l Lease, how LeaseTx, w *
 			return nil
 		})
 	}
+	defer release()
 	var output []byte
 	if how.Complete && how.Output != nil {
 		output = how.Output()

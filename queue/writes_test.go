@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/fenceq/fenceq/queue"
 )
 
@@ -83,17 +81,7 @@ func TestWithLeaseWritesOneRoundTrip(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	createResults(t, b)
-	cfg, err := pgx.ParseConfig(b.db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	counter := &sendCounter{}
-	cfg.Tracer = counter
-	conn, err := pgx.ConnectConfig(b.ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(b.ctx)
+	conn, counter := countedConn(t, b)
 	for i := range 3 {
 		l := queue.LeaseOf(b.claimOne(t))
 		before := counter.n.Load()
