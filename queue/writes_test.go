@@ -120,17 +120,25 @@ func TestWithLeaseWritesHoldOffReaper(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := resultWrites(l)
-	w.Exec(`INSERT INTO gate (id) VALUES (1) /* the gated write */`)
+	w.Exec(`INSERT INTO gate (id) VALUES (1)`)
 	done := make(chan error, 1)
 	go func() { done <- queue.WithLeaseWrites(b.ctx, b.db.Pool, l, queue.LeaseTx{Complete: true}, w) }()
 
-	// Wait until the pipeline waits on the gate, and the lease has expired.
+	// Wait until the pipeline waits on the gate, and the lease has expired. On Citus the
+	// insert waits on the worker node, whose sessions citus_stat_activity shows (with
+	// the statement rewritten for the shard: gate_<shard id>, comments gone).
+	activity := "pg_stat_activity"
+	if dist, err := queue.Distributed(b.ctx, b.db.Pool); err != nil {
+		t.Fatal(err)
+	} else if dist {
+		activity = "citus_stat_activity"
+	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		var waiting, expired bool
 		if err := b.db.Pool.QueryRow(b.ctx, `
-			SELECT EXISTS (SELECT 1 FROM pg_stat_activity
-			               WHERE query LIKE '%the gated write%' AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()),
+			SELECT EXISTS (SELECT 1 FROM `+activity+`
+			               WHERE query LIKE 'INSERT INTO %gate%' AND wait_event_type = 'Lock'),
 			       (SELECT lease_expires_at < now() FROM fenceq_jobs WHERE id = $1)`, j.ID).Scan(&waiting, &expired); err != nil {
 			t.Fatal(err)
 		}

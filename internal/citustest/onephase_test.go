@@ -108,6 +108,16 @@ func testOnePhase(t *testing.T, ctx context.Context, c *pgcluster.Citus) {
 			return err
 		})
 	})
+	if _, err := pool.Exec(ctx, `CREATE TABLE results (job_id bigint PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	insert("writes", 1)
+	onePhase("WithLeaseWrites (one pipeline)", func() error {
+		l := claim("writes", 1)[0]
+		w := &queue.Writes{}
+		w.Exec(`INSERT INTO results (job_id) VALUES ($1)`, l.JobID)
+		return queue.WithLeaseWrites(ctx, pool, l, queue.LeaseTx{Complete: true}, w)
+	})
 	onePhase("Reap of nothing", func() error { _, err := queue.Reap(ctx, pool, queue.ReapParams{HolderFresh: time.Minute}); return err })
 	if _, err := pool.Exec(ctx, `UPDATE fenceq_jobs SET lease_expires_at = now() - interval '1 second' WHERE id = ANY($1)`,
 		[]int64{claimed[8].JobID, claimed[9].JobID}); err != nil {
