@@ -202,14 +202,13 @@ func (e *Env) heldLeases(ctx context.Context, w *Worker) ([][2]int64, error) {
 	return out, rows.Err()
 }
 
-// waitHoldingStubborn waits (a little) until the worker holds a lease of a sleep job
-// that ignores cancellation: a job that runs on through a cut, whose holder then finds
-// its lease revoked once the link is back.
-func (e *Env) waitHoldingStubborn(ctx context.Context, w *Worker, within time.Duration) bool {
+// waitHoldingWhere waits (a little) until the count query sql, given the worker's id,
+// finds a lease of the worker.
+func (e *Env) waitHoldingWhere(ctx context.Context, w *Worker, within time.Duration, sql string) bool {
 	deadline := time.Now().Add(within)
 	for {
 		var n int64
-		err := e.Pool.QueryRow(ctx, sqlHeldStubborn, w.ID()).Scan(&n)
+		err := e.Pool.QueryRow(ctx, sql, w.ID()).Scan(&n)
 		if err == nil && n > 0 {
 			return true
 		}

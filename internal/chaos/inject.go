@@ -33,6 +33,20 @@ func (e *Env) waitHolding(ctx context.Context, w *Worker, within time.Duration) 
 	}
 }
 
+// holderWhere returns w when it comes to hold a lease that the count query sql finds
+// within holdWait, else the first other worker holding one now, else w.
+func (e *Env) holderWhere(ctx context.Context, w *Worker, sql string) *Worker {
+	if e.waitHoldingWhere(ctx, w, holdWait, sql) {
+		return w
+	}
+	for _, o := range e.Workers {
+		if e.waitHoldingWhere(ctx, o, 0, sql) {
+			return o
+		}
+	}
+	return w
+}
+
 // Inject injects one fault now and returns its record: whether it provably fired, and
 // the proof. It blocks for the fault's duration (a pause lasts f.For) and restores what
 // it changed before returning, also when ctx ends early.
@@ -64,19 +78,19 @@ func (e *Env) Inject(ctx context.Context, f PlannedFault) (rec FaultRecord) {
 	// it to hold one, so the fault tests the fence rather than an idle process.
 	held := int64(-1)
 	switch f.Type {
-	case FaultPause, FaultKill, FaultBlackhole, FaultTerminate, FaultReset:
+	case FaultKill, FaultBlackhole, FaultTerminate, FaultReset:
 		held = e.waitHolding(ctx, w, holdWait)
+	case FaultPause:
+		// A lease that outlives the pause: a sleep job, whose holder freezes past its
+		// lease and finds it revoked when it wakes (a job caught between its commit
+		// and the reply would finish and leave nothing to revoke). Take the worker
+		// holding one, this one if it does.
+		w = e.holderWhere(ctx, w, sqlHeldSleeping)
+		held = e.waitHolding(ctx, w, 0)
 	case FaultLinkDown:
 		// A job that runs on through the cut lets the worker find its lease revoked
 		// once the link is back: take the worker holding one, this one if it does.
-		if !e.waitHoldingStubborn(ctx, w, holdWait) {
-			for _, o := range e.Workers {
-				if e.waitHoldingStubborn(ctx, o, 0) {
-					w = o
-					break
-				}
-			}
-		}
+		w = e.holderWhere(ctx, w, sqlHeldStubborn)
 		held = e.waitHolding(ctx, w, 0)
 	}
 	rec.Target = fmt.Sprintf("%s (%s, pid %d)", w.Name, w.ID(), w.Proc.Pid())

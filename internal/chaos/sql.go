@@ -57,6 +57,10 @@ const sqlHeldLeases = `SELECT count(*) FROM fenceq_jobs WHERE state = 'running' 
 // sqlHeldLeaseList lists the (job, generation) leases a worker holds.
 const sqlHeldLeaseList = `SELECT id, lease_gen FROM fenceq_jobs WHERE state = 'running' AND leased_by = $1`
 
+// sqlHeldSleeping counts the sleep jobs a worker holds: jobs that run longer than the
+// lease, so a pause of their holder outlasts the lease.
+const sqlHeldSleeping = `SELECT count(*) FROM fenceq_jobs WHERE state = 'running' AND leased_by = $1 AND kind = 'sleep'`
+
 // sqlHeldStubborn counts the sleep jobs ignoring cancellation that a worker holds.
 const sqlHeldStubborn = `
 SELECT count(*) FROM fenceq_jobs
