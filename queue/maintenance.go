@@ -76,7 +76,10 @@ func Reap(ctx context.Context, db DBTX, p ReapParams) ([]Revocation, error) {
 			return notifyQueues(ctx, tx, queues)
 		})
 	})
-	return out, err
+	if err != nil {
+		return nil, err // a failed transaction revoked nothing
+	}
+	return out, nil
 }
 
 func reap(ctx context.Context, db DBTX, sql string, p ReapParams) ([]Revocation, error) {
