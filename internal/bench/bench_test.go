@@ -194,6 +194,23 @@ func TestFencedCommitsResultsWithCompletion(t *testing.T) {
 	}
 }
 
+// With CommitWrites the fenced handler's rows and completion go in one pipeline; the
+// run's own check (one result row and one outbox row per completed job) holds, and the
+// report says which call fenceq used.
+func TestFencedThroughCommitWrites(t *testing.T) {
+	t.Parallel()
+	cfg := tiny(t, WorkloadFenced)
+	cfg.Jobs, cfg.CommitWrites = 300, true
+	rep := run(t, cfg)
+	assertFigures(t, rep, 1)
+	if got := rep.Systems[0].Runs[0].Metrics[MetricJobs]; got != 300 {
+		t.Errorf("%v jobs, want 300", got)
+	}
+	if !rep.Settings.CommitWrites || !strings.Contains(rep.Systems[0].Config, "Job.CommitWrites") {
+		t.Errorf("settings %+v, config %q: the report does not name Job.CommitWrites", rep.Settings, rep.Systems[0].Config)
+	}
+}
+
 func TestSteadyInsertsWhileWorking(t *testing.T) {
 	t.Parallel()
 	cfg := tiny(t, WorkloadSteady)
