@@ -154,8 +154,16 @@ func TestPausedHolderCannotWriteAfterRevocation(t *testing.T) {
 		t.Fatal("the pause did not drop any of A's traffic: the fault did not happen")
 	}
 
-	// A resumes.
+	// A's network comes back while its handler is still stuck: A's own heartbeat loop
+	// finds the lease gone and raises the alert. (Waited for before the handler goes on,
+	// so that a heartbeat slowed by a loaded machine cannot miss the lease, which leaves
+	// the heartbeat's set once the handler has returned.)
 	proxyA.SetBlackhole(false)
+	fenceqtest.WaitFor(t, "expired_holder_alive event for A's lease", 10*time.Second, func() bool {
+		return b.countEvents(t, queue.EventExpiredHolderAlive, leaseA.JobID, leaseA.Gen) == 1
+	})
+
+	// A's handler resumes.
 	close(aResume)
 	if err := recv(t, aCommitErr, 10*time.Second, "A's commit"); !errors.Is(err, fenceq.ErrLeaseLost) {
 		t.Fatalf("A's fenced commit after revocation: %v, want ErrLeaseLost", err)
@@ -186,10 +194,9 @@ func TestPausedHolderCannotWriteAfterRevocation(t *testing.T) {
 	if n := b.countEvents(t, queue.EventStaleWriteRejected, leaseA.JobID, leaseA.Gen); n < 3 {
 		t.Errorf("stale_write_rejected events for A's lease = %d, want at least 3 (commit, complete, release)", n)
 	}
-	// A's own heartbeat loop finds the lease gone and raises the alert.
-	fenceqtest.WaitFor(t, "expired_holder_alive event for A's lease", 10*time.Second, func() bool {
-		return b.countEvents(t, queue.EventExpiredHolderAlive, leaseA.JobID, leaseA.Gen) == 1
-	})
+	if n := b.countEvents(t, queue.EventExpiredHolderAlive, leaseA.JobID, leaseA.Gen); n != 1 {
+		t.Errorf("expired_holder_alive events for A's lease = %d, want exactly 1", n)
+	}
 }
 
 // Test 3: when renewals cannot be confirmed (the database is unreachable), the job's
