@@ -14,6 +14,7 @@ import (
 	"github.com/fenceq/fenceq/fenceqtest"
 	"github.com/fenceq/fenceq/internal/demo"
 	"github.com/fenceq/fenceq/internal/pgcluster"
+	"github.com/fenceq/fenceq/internal/syncbuf"
 )
 
 // TestDemo runs the demo end to end, scaled down, on the test server: it must exit 0,
@@ -24,7 +25,7 @@ func TestDemo(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const customers, keys = 20, 6
-	var out, errb syncBuffer
+	var out, errb syncbuf.Buffer
 	code := cli.Run(ctx, []string{"fenceq", "demo", "--database-url", fenceqtest.RequireServerURL(t), "--customers", "20",
 		"--workers", "4", "--order-keys", "6", "--json"}, &out, &errb)
 	if code != 0 {
@@ -91,7 +92,7 @@ func TestDemoThrowawayCluster(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	var out, errb syncBuffer
+	var out, errb syncbuf.Buffer
 	code := cli.Run(ctx, []string{"fenceq", "demo", "--local-database-url", "postgres://postgres@127.0.0.1:1/none",
 		"--customers", "8", "--workers", "3", "--order-keys", "2", "--json"}, &out, &errb)
 	if code != 0 {

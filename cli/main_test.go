@@ -1,16 +1,15 @@
 package cli_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/fenceq/fenceq/cli"
 	"github.com/fenceq/fenceq/fenceqtest"
+	"github.com/fenceq/fenceq/internal/syncbuf"
 	"github.com/fenceq/fenceq/jobs/builtin"
 )
 
@@ -68,27 +67,9 @@ func (b *testBundle) okJSON(t *testing.T, v any, args ...string) {
 }
 
 func runCLI(ctx context.Context, args ...string) result {
-	var out, errb syncBuffer
+	var out, errb syncbuf.Buffer
 	code := cli.Run(ctx, append([]string{"fenceq"}, args...), &out, &errb)
 	return result{code: code, stdout: out.String(), stderr: errb.String()}
-}
-
-// syncBuffer is a bytes.Buffer safe for a writer and a concurrent reader.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // oneErrorLine checks that stderr is exactly one line starting with "fenceq: " and
@@ -107,7 +88,7 @@ func oneErrorLine(t *testing.T, r result, want string) {
 func jsonDecode(s string, v any) error { return json.Unmarshal([]byte(s), v) }
 
 // runWithWriters runs fenceq with stderr going to w (for commands that log while running).
-func runWithWriters(ctx context.Context, w *syncBuffer, args ...string) int {
-	var out syncBuffer
+func runWithWriters(ctx context.Context, w *syncbuf.Buffer, args ...string) int {
+	var out syncbuf.Buffer
 	return cli.Run(ctx, append([]string{"fenceq"}, args...), &out, w)
 }

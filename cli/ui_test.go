@@ -9,16 +9,17 @@ import (
 	"time"
 
 	"github.com/fenceq/fenceq/fenceqtest"
+	"github.com/fenceq/fenceq/internal/syncbuf"
 )
 
 var dashboardAddrRe = regexp.MustCompile(`msg="serving dashboard" addr=(\S+)`)
 
 // startUI runs `fenceq args…` in-process until the test ends and returns the address
 // the dashboard serves on, read from the log.
-func startUI(t *testing.T, b *testBundle, args ...string) (addr string, stderr *syncBuffer) {
+func startUI(t *testing.T, b *testBundle, args ...string) (addr string, stderr *syncbuf.Buffer) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(b.ctx)
-	stderr = &syncBuffer{}
+	stderr = &syncbuf.Buffer{}
 	done := make(chan int, 1)
 	go func() { done <- runWithWriters(ctx, stderr, append(args, "--database-url", b.db.URL)...) }()
 	t.Cleanup(func() {

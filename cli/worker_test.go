@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fenceq/fenceq/fenceqtest"
+	"github.com/fenceq/fenceq/internal/syncbuf"
 	"github.com/fenceq/fenceq/queue"
 )
 
@@ -31,7 +32,7 @@ func TestWorkerCommand(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(b.ctx)
 	defer cancel()
-	var stderr syncBuffer
+	var stderr syncbuf.Buffer
 	done := make(chan int, 1)
 	go func() {
 		done <- runWithWriters(ctx, &stderr, "worker", "--database-url", b.db.URL, "--metrics-addr", "127.0.0.1:0",

@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +20,7 @@ import (
 	"github.com/fenceq/fenceq/internal/connstr"
 	"github.com/fenceq/fenceq/internal/demo"
 	"github.com/fenceq/fenceq/internal/pgcluster"
+	"github.com/fenceq/fenceq/internal/syncbuf"
 	"github.com/fenceq/fenceq/jobs/builtin"
 	"github.com/fenceq/fenceq/migrations"
 )
@@ -157,7 +157,7 @@ func TestCitus(t *testing.T) {
 
 	t.Run("Demo", func(t *testing.T) {
 		for _, s := range schemas {
-			var out syncBuffer
+			var out syncbuf.Buffer
 			cfg := demo.Config{Scale: demo.DefaultScale(), DatabaseURL: c.URL(), Schema: s, Timeout: 4 * time.Minute, Stderr: &out}
 			rep, err := demo.Run(ctx, cfg)
 			if err != nil {
@@ -244,24 +244,6 @@ func TestCitus(t *testing.T) {
 		}
 		t.Logf("the core suite passed on Citus:\n%s", summary)
 	})
-}
-
-// syncBuffer is a buffer the demo's goroutines write to at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // goBinary is the go command of the toolchain running this test.

@@ -8,13 +8,13 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fenceq/fenceq/fenceqtest"
+	"github.com/fenceq/fenceq/internal/syncbuf"
 	"github.com/fenceq/fenceq/jobs/order"
 	"github.com/fenceq/fenceq/migrations"
 )
@@ -174,26 +174,11 @@ func orderBody(n int) string {
 // errorLog is the service's logger in tests: it keeps the errors the service logs (an
 // answer of 500 logs its cause) and prints them if the test failed.
 func errorLog(t *testing.T) *slog.Logger {
-	var mu sync.Mutex
-	var buf bytes.Buffer
+	var buf syncbuf.Buffer
 	t.Cleanup(func() {
-		mu.Lock()
-		defer mu.Unlock()
 		if t.Failed() && buf.Len() > 0 {
 			t.Logf("errors the order service logged:\n%s", buf.String())
 		}
 	})
-	return slog.New(slog.NewTextHandler(lockedWriter{&mu, &buf}, &slog.HandlerOptions{Level: slog.LevelError}))
-}
-
-// lockedWriter serializes the writes of the service's goroutines to one buffer.
-type lockedWriter struct {
-	mu *sync.Mutex
-	w  io.Writer
-}
-
-func (l lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
+	return slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelError}))
 }
