@@ -107,12 +107,24 @@ func notifyQueues(ctx context.Context, db DBTX, queues []string) error {
 // per connection.
 func Distributed(ctx context.Context, db DBTX) (bool, error) {
 	var v bool
-	err := withConn(ctx, db, func(db DBTX) error {
-		var err error
-		v, err = selfNotify(ctx, db)
-		return err
+	err := onConn(ctx, db, func(_ DBTX, dist bool) error {
+		v = dist
+		return nil
 	})
 	return v, err
+}
+
+// onConn runs fn on one connection of db (see withConn), telling it whether that
+// connection reaches fenceq's tables as Citus distributed tables: the statements whose
+// single-statement form Citus would commit in two phases pick their routed form then.
+func onConn(ctx context.Context, db DBTX, fn func(db DBTX, dist bool) error) error {
+	return withConn(ctx, db, func(db DBTX) error {
+		dist, err := selfNotify(ctx, db)
+		if err != nil {
+			return err
+		}
+		return fn(db, dist)
+	})
 }
 
 // eventRow is one fenceq_lease_events row to insert.

@@ -26,11 +26,7 @@ func RecordLeaseEvents(ctx context.Context, db DBTX, kind LeaseEventKind, holder
 	if len(leases) == 0 {
 		return nil
 	}
-	return withConn(ctx, db, func(db DBTX) error {
-		dist, err := selfNotify(ctx, db)
-		if err != nil {
-			return fmt.Errorf("record %d %s lease events: %w", len(leases), kind, err)
-		}
+	err := onConn(ctx, db, func(db DBTX, dist bool) error {
 		if dist {
 			evs := make([]eventRow, len(leases))
 			for i, l := range leases {
@@ -39,11 +35,13 @@ func RecordLeaseEvents(ctx context.Context, db DBTX, kind LeaseEventKind, holder
 			return insertEvents(ctx, db, evs)
 		}
 		ids, gens := leaseArrays(leases)
-		if _, err := db.Exec(ctx, sqlRecordEvents, ids, gens, holder, string(kind), detail); err != nil {
-			return fmt.Errorf("record %d %s lease events: %w", len(leases), kind, err)
-		}
-		return nil
+		_, err := db.Exec(ctx, sqlRecordEvents, ids, gens, holder, string(kind), detail)
+		return err
 	})
+	if err != nil {
+		return fmt.Errorf("record %d %s lease events: %w", len(leases), kind, err)
+	}
+	return nil
 }
 
 const sqlCountEvents = `
@@ -154,11 +152,7 @@ func RecordLeasesLost(ctx context.Context, db DBTX, holder string, leases []Leas
 	}
 	ids, gens := leaseArrays(leases)
 	var alive []int64
-	err := withConn(ctx, db, func(db DBTX) error {
-		dist, err := selfNotify(ctx, db)
-		if err != nil {
-			return err
-		}
+	err := onConn(ctx, db, func(db DBTX, dist bool) error {
 		if !dist {
 			return db.QueryRow(ctx, sqlRecordLeaseLost, ids, gens, holder).Scan(&alive)
 		}

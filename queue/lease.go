@@ -230,16 +230,12 @@ func fencedWrite(ctx context.Context, db DBTX, op string, l Lease, sql fencedSQL
 	var state string
 	lost := false
 	var recordErr error
-	err := withConn(ctx, db, func(db DBTX) error {
-		dist, err := selfNotify(ctx, db)
-		if err != nil {
-			return err
-		}
+	err := onConn(ctx, db, func(db DBTX, dist bool) error {
 		q := sql.one
 		if dist {
 			q = sql.routed
 		}
-		err = db.QueryRow(ctx, q, all...).Scan(&state)
+		err := db.QueryRow(ctx, q, all...).Scan(&state)
 		if !errors.Is(err, pgx.ErrNoRows) {
 			return err
 		}
@@ -302,11 +298,7 @@ func CompleteManyWithOutputs(ctx context.Context, db DBTX, holder string, leases
 	}
 	ids, gens := leaseArrays(leases)
 	var lost []Lease
-	err := withConn(ctx, db, func(db DBTX) error {
-		dist, err := selfNotify(ctx, db)
-		if err != nil {
-			return err
-		}
+	err := onConn(ctx, db, func(db DBTX, dist bool) error {
 		if !dist {
 			var lostIDs, lostGens []int64
 			if err := db.QueryRow(ctx, sqlCompleteMany, customPlan, ids, gens, holder, outputs).Scan(&lostIDs, &lostGens); err != nil {

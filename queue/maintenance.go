@@ -37,11 +37,8 @@ func Reap(ctx context.Context, db DBTX, p ReapParams) ([]Revocation, error) {
 		p.Limit = 1000
 	}
 	var out []Revocation
-	err := withConn(ctx, db, func(db DBTX) error {
-		dist, err := selfNotify(ctx, db)
-		if err != nil {
-			return fmt.Errorf("reap expired leases: %w", err)
-		}
+	err := onConn(ctx, db, func(db DBTX, dist bool) error {
+		var err error
 		if !dist {
 			out, err = reap(ctx, db, sqlReap, p)
 			return err

@@ -275,11 +275,7 @@ type Activity struct {
 func ReadActivity(ctx context.Context, db DBTX) (Activity, error) {
 	var a Activity
 	var age float64
-	err := withConn(ctx, db, func(db DBTX) error {
-		dist, err := selfNotify(ctx, db)
-		if err != nil {
-			return err
-		}
+	err := onConn(ctx, db, func(db DBTX, dist bool) error {
 		q := sqlActivity
 		if dist {
 			q = sqlActivityCitus
