@@ -311,10 +311,18 @@ FOR UPDATE`
 // lease is gone it raises an error instead of returning no row, so the server skips
 // every statement queued behind it (the writes, the completion, COMMIT) and the
 // transaction is left aborted.
-var sqlLockLeaseChecked = `
+var sqlLockLeaseChecked = exactlyOneRow(lockMissed, `(SELECT 1 FROM fenceq_jobs `+lockedGuard+` FOR UPDATE) l`)
+
+// exactlyOneRow selects 1 when rows (a FROM item) holds one row, and otherwise raises
+// an error whose text starts with missed and names the count: the ELSE arm casts that
+// text to integer, and depends on count(*), so the planner cannot fold it into a
+// constant that would fail every execution. See isMissed.
+func exactlyOneRow(missed, rows string) string {
+	return `
 SELECT CASE count(*) WHEN 1 THEN 1
-       ELSE (` + sqlLit(lockMissed) + ` || count(*))::int END
-FROM (SELECT 1 FROM fenceq_jobs ` + lockedGuard + ` FOR UPDATE) l`
+       ELSE (` + sqlLit(missed) + ` || count(*))::int END
+FROM ` + rows
+}
 
 // lockMissed starts the error text of a checked lock that matched no row.
 const lockMissed = "fenceq: fenced lock matched rows: "
@@ -326,21 +334,16 @@ UPDATE fenceq_jobs SET state = ` + sqlCompleted + `, finished_at = now(), lease_
 ` + lockedGuard
 
 // sqlCompleteLockedChecked is sqlCompleteLocked for a pipeline that sends COMMIT right
-// behind it: a completion that matched no row raises an error (the ELSE arm casts a
-// text naming the row count to integer; it depends on count(*), so the planner cannot
-// fold it into a constant that would fail every execution), which makes the server
-// skip the COMMIT queued after it and leaves the transaction aborted. A row count
-// checked in Go would come too late: the COMMIT would already have run. $3 the job's
-// output (NULL for none).
+// behind it: a completion that matched no row raises an error (exactlyOneRow), which
+// makes the server skip the COMMIT queued after it and leaves the transaction aborted.
+// A row count checked in Go would come too late: the COMMIT would already have run. $3
+// the job's output (NULL for none).
 var sqlCompleteLockedChecked = `
 WITH done AS (
     UPDATE fenceq_jobs SET state = ` + sqlCompleted + `, finished_at = now(), lease_expires_at = NULL,
         output = $3::jsonb
     ` + lockedGuard + `
-    RETURNING 1)
-SELECT CASE count(*) WHEN 1 THEN 1
-       ELSE (` + sqlLit(completionMissed) + ` || count(*))::int END
-FROM done`
+    RETURNING 1)` + exactlyOneRow(completionMissed, "done")
 
 // completionMissed starts the error text of a checked completion that matched no row.
 const completionMissed = "fenceq: fenced completion matched rows: "

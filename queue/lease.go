@@ -573,13 +573,7 @@ func withLeasePipelined(ctx context.Context, conn *pgx.Conn, l Lease, how LeaseT
 	tag, commitErr := cr.Exec()
 	closeErr = cr.Close()
 	if completeErr != nil {
-		var pgErr *pgconn.PgError
-		if errors.As(completeErr, &pgErr) && pgErr.Code == codeInvalidTextRepresentation &&
-			strings.Contains(pgErr.Message, completionMissed) {
-			return fmt.Errorf("complete job %d at lease generation %d: the locked row no longer matched: %w",
-				l.JobID, l.Gen, ErrLeaseLost)
-		}
-		return fmt.Errorf("complete job %d: %w", l.JobID, completeErr)
+		return completeLockedErr(l, completeErr)
 	}
 	if commitErr == nil {
 		commitErr = closeErr
@@ -595,9 +589,27 @@ func withLeasePipelined(ctx context.Context, conn *pgx.Conn, l Lease, how LeaseT
 	return nil
 }
 
-// codeInvalidTextRepresentation is the error a checked completion that matched no row
-// raises (see sqlCompleteLockedChecked).
+// codeInvalidTextRepresentation is the error a checked statement that matched no row
+// raises (see exactlyOneRow).
 const codeInvalidTextRepresentation = "22P02"
+
+// isMissed reports whether err is the error of a checked statement (exactlyOneRow)
+// whose text starts with missed: it matched no row.
+func isMissed(err error, missed string) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == codeInvalidTextRepresentation &&
+		strings.Contains(pgErr.Message, missed)
+}
+
+// completeLockedErr is the error of a checked completion inside the fenced transaction:
+// ErrLeaseLost when it matched no row, err otherwise.
+func completeLockedErr(l Lease, err error) error {
+	if isMissed(err, completionMissed) {
+		return fmt.Errorf("complete job %d at lease generation %d: the locked row no longer matched: %w",
+			l.JobID, l.Gen, ErrLeaseLost)
+	}
+	return fmt.Errorf("complete job %d: %w", l.JobID, err)
+}
 
 // leaseTx is the pgx.Tx a pipelined fenced transaction hands to its function: the
 // transaction commits when the function returns, so Commit is refused; Rollback ends it

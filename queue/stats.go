@@ -270,8 +270,9 @@ type Activity struct {
 }
 
 // ReadActivity reads the oldest open transaction of the current database, leaving out
-// the caller's own session; on a Citus coordinator, of every node (citus_stat_activity). An old transaction holds back vacuum's horizon: dead job
-// rows pile up and every index scan slows.
+// the caller's own session; on a Citus coordinator, of every node
+// (citus_stat_activity). An old transaction holds back vacuum's horizon: dead job rows
+// pile up and every index scan slows.
 func ReadActivity(ctx context.Context, db DBTX) (Activity, error) {
 	var a Activity
 	var age float64

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -126,7 +125,7 @@ func WithLeaseWrites(ctx context.Context, db Beginner, l Lease, how LeaseTx, w *
 		// BEGIN, or the preparation of a statement the connection had not described
 		// yet (a syntax error): nothing ran.
 		return fmt.Errorf("%s of job %d: %w", op, l.JobID, first)
-	case at == 1 && pgErr.Code == codeInvalidTextRepresentation && strings.Contains(pgErr.Message, lockMissed):
+	case at == 1 && isMissed(first, lockMissed):
 		lost := fmt.Errorf("lock job %d at lease generation %d: %w", l.JobID, l.Gen, ErrLeaseLost)
 		if rbErr != nil {
 			return errors.Join(lost, fmt.Errorf("roll back: %w", rbErr))
@@ -140,11 +139,7 @@ func WithLeaseWrites(ctx context.Context, db Beginner, l Lease, how LeaseTx, w *
 	case at < 2+len(w.stmts):
 		return fmt.Errorf("%s of job %d: write %d: %w", op, l.JobID, at-1, first)
 	case how.Complete && at == 2+len(w.stmts):
-		if pgErr.Code == codeInvalidTextRepresentation && strings.Contains(pgErr.Message, completionMissed) {
-			return fmt.Errorf("complete job %d at lease generation %d: the locked row no longer matched: %w",
-				l.JobID, l.Gen, ErrLeaseLost)
-		}
-		return fmt.Errorf("complete job %d: %w", l.JobID, first)
+		return completeLockedErr(l, first)
 	}
 	return fmt.Errorf("%s of job %d: commit: %w", op, l.JobID, first)
 }
