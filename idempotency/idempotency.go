@@ -30,7 +30,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -291,15 +290,12 @@ func queueWithWait(ctx context.Context, tx pgx.Tx, b *pgx.Batch, wait time.Durat
 		return fmt.Errorf("read lock_timeout: %w", err)
 	}
 	b.Queue("SET LOCAL citus.propagate_set_commands = 'local'")
-	b.Queue("SET LOCAL lock_timeout = " + quoteLiteral(lockTimeout(wait)))
+	b.Queue("SET LOCAL lock_timeout = " + lit(lockTimeout(wait)))
 	body(b)
-	b.Queue("SET LOCAL lock_timeout = " + quoteLiteral(prevTimeout))
-	b.Queue("SET LOCAL citus.propagate_set_commands = " + quoteLiteral(prevPropagate))
+	b.Queue("SET LOCAL lock_timeout = " + lit(prevTimeout))
+	b.Queue("SET LOCAL citus.propagate_set_commands = " + lit(prevPropagate))
 	return nil
 }
-
-// quoteLiteral quotes s as an SQL string literal.
-func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
 // Response is the result an owner stores with its key.
 type Response struct {

@@ -2,9 +2,10 @@ package idempotency
 
 import "strings"
 
-// lit renders a key state as an SQL literal, for predicates the planner must match
-// against the partial index on finished keys.
-func lit(s State) string { return "'" + strings.ReplaceAll(string(s), "'", "''") + "'" }
+// lit renders a string as an SQL literal: the key states, for predicates the planner
+// must match against the partial index on finished keys, and the settings SET LOCAL
+// takes (it takes no parameter).
+func lit[T ~string](s T) string { return "'" + strings.ReplaceAll(string(s), "'", "''") + "'" }
 
 var (
 	sqlInFlight = lit(StateInFlight)
