@@ -75,10 +75,10 @@ func readRSS() uint64 {
 // taken when the most jobs were running (started, not yet reported completed).
 //
 // When it is precise, it collects garbage before it samples a new peak (at most once
-// per tenth more jobs running, or once the number holds still), so that the Go figure is what the running jobs keep
-// live, not what the collector has yet to sweep. Collections cost the side CPU time, so
-// only runs whose jobs sleep (Config.JobSleep) are precise, and only they report memory
-// per running job.
+// per tenth more jobs running, or once the number holds still), so that the Go figure
+// is what the running jobs keep live, not what the collector has yet to sweep.
+// Collections cost the side CPU time, so only runs whose jobs sleep (Config.JobSleep)
+// are precise, and only they report memory per running job.
 type memWatch struct {
 	started  atomic.Int64
 	finished func() int64

@@ -23,10 +23,9 @@ type CitusOptions struct {
 	Options
 	// Workers is the number of worker nodes. Defaults to 2.
 	Workers int
-	// SchemaSharding sets citus.enable_schema_based_sharding on the coordinator's
-	// database, so that every schema created there becomes a distributed schema whose
-	// tables live whole on one node. Defaults to on; set NoSchemaSharding to leave it
-	// off.
+	// NoSchemaSharding leaves citus.enable_schema_based_sharding off. By default it is
+	// set on the coordinator's database, so that every schema created there becomes a
+	// distributed schema whose tables live whole on one node.
 	NoSchemaSharding bool
 }
 
