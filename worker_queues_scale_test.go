@@ -16,7 +16,9 @@ import (
 )
 
 // claimsInFlight tracks the claim statements in flight on a pool and the most that
-// were in flight at once.
+// were in flight at once. A claim is told by its CTE (WITH next AS): the reaper, the
+// promotion of due jobs and the pruning lock rows with SKIP LOCKED too, and are not
+// claims.
 type claimsInFlight struct {
 	mu           sync.Mutex
 	now, most, n int
@@ -26,7 +28,7 @@ type claimsInFlight struct {
 type claimKey struct{}
 
 func (c *claimsInFlight) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
-	if !strings.Contains(d.SQL, "FOR UPDATE SKIP LOCKED") {
+	if !strings.Contains(d.SQL, "WITH next AS (") {
 		return ctx
 	}
 	c.mu.Lock()
