@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/fenceq/fenceq/internal/store"
 	"github.com/fenceq/fenceq/queue"
 )
 
@@ -28,7 +29,7 @@ func (w *Worker) runHeartbeat(ctx context.Context) {
 func (w *Worker) heartbeatOnce(ctx context.Context) {
 	w.mu.Lock()
 	execs := make(map[leaseKey]*execution, len(w.execs))
-	leases := make([]Lease, 0, len(w.execs))
+	leases := make([]queue.Lease, 0, len(w.execs))
 	for k, e := range w.execs {
 		if e.lostReported {
 			continue // a heartbeat found it lost already: its handler is stopping
@@ -40,7 +41,7 @@ func (w *Worker) heartbeatOnce(ctx context.Context) {
 
 	sent := time.Now()
 	hctx, cancel := context.WithTimeout(ctx, min(w.cfg.WriteTimeout, w.cfg.HeartbeatInterval))
-	res, err := queue.Heartbeat(hctx, w.pool, w.cfg.ID, leases, w.cfg.LeaseDuration)
+	res, err := store.Heartbeat(hctx, w.pool, w.cfg.ID, leases, w.cfg.LeaseDuration)
 	cancel()
 	if err != nil {
 		if ctx.Err() == nil {
@@ -66,10 +67,10 @@ func (w *Worker) heartbeatOnce(ctx context.Context) {
 			// The job stops at once; the hooks are told below, once the lost lease is
 			// recorded, and before they hear that the attempt ended.
 			e.holdFinish()
-			e.cancel(ErrLeaseLost)
+			e.cancel(queue.ErrLeaseLost)
 		}
 		ectx, cancel := context.WithTimeout(ctx, w.cfg.WriteTimeout)
-		alive, err := queue.RecordLeasesLost(ectx, w.pool, w.cfg.ID, res.Lost)
+		alive, err := store.RecordLeasesLost(ectx, w.pool, w.cfg.ID, res.Lost)
 		cancel()
 		if err != nil {
 			w.log.Warn("record lost leases", "err", err)
@@ -136,7 +137,7 @@ func (w *Worker) runCompleter() {
 }
 
 func (w *Worker) flushCompletions(batch []*execution) {
-	leases := make([]Lease, len(batch))
+	leases := make([]queue.Lease, len(batch))
 	// outputs stays nil unless a job of the batch recorded output. The executions are
 	// sealed (their handlers returned before they were queued), so output is final.
 	var outputs [][]byte
@@ -150,7 +151,7 @@ func (w *Worker) flushCompletions(batch []*execution) {
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), w.cfg.WriteTimeout)
-	lost, err := queue.CompleteManyWithOutputs(ctx, w.pool, w.cfg.ID, leases, outputs)
+	lost, err := store.CompleteManyWithOutputs(ctx, w.pool, w.cfg.ID, leases, outputs)
 	cancel()
 	if err != nil {
 		// Outcome unknown: settle each one on its own, looking before writing again. The
@@ -159,19 +160,19 @@ func (w *Worker) flushCompletions(batch []*execution) {
 		w.log.Warn("batched completion failed; completing one by one", "jobs", len(batch), "err", err)
 		for _, e := range batch {
 			lctx, cancel := context.WithTimeout(context.Background(), w.cfg.WriteTimeout)
-			state, landed, lerr := queue.Landed(lctx, w.pool, e.lease)
+			state, landed, lerr := store.Landed(lctx, w.pool, e.lease)
 			cancel()
 			if lerr == nil && landed && state == queue.StateCompleted {
 				e.finish(OutcomeCompleted, nil)
 				continue
 			}
 			werr := w.fencedWrite(context.Background(), e, "complete", func(ctx context.Context) error {
-				return queue.CompleteWithOutput(ctx, w.pool, e.lease, e.output)
+				return store.CompleteWithOutput(ctx, w.pool, e.lease, e.output)
 			})
 			switch {
 			case werr == nil:
 				e.finish(OutcomeCompleted, nil)
-			case errors.Is(werr, ErrLeaseLost):
+			case errors.Is(werr, queue.ErrLeaseLost):
 				e.finish(OutcomeLeaseLost, werr)
 			default:
 				w.log.Error("could not complete job; the lease will expire and the job run again",
@@ -195,7 +196,7 @@ func (w *Worker) flushCompletions(batch []*execution) {
 		}
 		w.hooks.staleWriteRejected(e.hookCtx(), e.row, "complete")
 		w.log.Warn("completion rejected: lease lost", "job_id", e.lease.JobID, "lease_gen", e.lease.Gen)
-		e.finish(OutcomeLeaseLost, fmt.Errorf("complete job %d at lease generation %d: %w", e.lease.JobID, e.lease.Gen, ErrLeaseLost))
+		e.finish(OutcomeLeaseLost, fmt.Errorf("complete job %d at lease generation %d: %w", e.lease.JobID, e.lease.Gen, queue.ErrLeaseLost))
 	}
 }
 
@@ -225,7 +226,7 @@ func (w *Worker) runMaintenance(ctx context.Context) {
 func (w *Worker) reapOnce(ctx context.Context) {
 	for ctx.Err() == nil {
 		rctx, cancel := context.WithTimeout(ctx, w.cfg.WriteTimeout)
-		revs, err := queue.Reap(rctx, w.pool, queue.ReapParams{Limit: w.cfg.ReapBatchSize, HolderFresh: w.cfg.HolderFreshness})
+		revs, err := store.Reap(rctx, w.pool, store.ReapParams{Limit: w.cfg.ReapBatchSize, HolderFresh: w.cfg.HolderFreshness})
 		cancel()
 		if err != nil {
 			w.log.Warn("reaper failed", "err", err)
@@ -247,7 +248,7 @@ func (w *Worker) reapOnce(ctx context.Context) {
 	}
 	for ctx.Err() == nil {
 		pctx, cancel := context.WithTimeout(ctx, w.cfg.WriteTimeout)
-		n, err := queue.PromoteDue(pctx, w.pool, w.cfg.ReapBatchSize)
+		n, err := store.PromoteDue(pctx, w.pool, w.cfg.ReapBatchSize)
 		cancel()
 		if err != nil {
 			w.log.Warn("scheduler failed", "err", err)
@@ -264,7 +265,7 @@ func (w *Worker) pruneOnce(ctx context.Context) {
 	if w.cfg.RetentionPeriod > 0 {
 		for ctx.Err() == nil {
 			pctx, cancel := context.WithTimeout(ctx, w.cfg.WriteTimeout)
-			n, err := queue.PruneFinished(pctx, w.pool, w.cfg.RetentionPeriod, w.cfg.PruneBatchSize)
+			n, err := store.PruneFinished(pctx, w.pool, w.cfg.RetentionPeriod, w.cfg.PruneBatchSize)
 			cancel()
 			if err != nil {
 				w.log.Warn("retention failed", "err", err)
@@ -277,10 +278,10 @@ func (w *Worker) pruneOnce(ctx context.Context) {
 	}
 	pctx, cancel := context.WithTimeout(ctx, w.cfg.WriteTimeout)
 	defer cancel()
-	if _, err := queue.PruneLeaseEvents(pctx, w.pool, w.cfg.LeaseEventRetention, w.cfg.PruneBatchSize); err != nil {
+	if _, err := store.PruneLeaseEvents(pctx, w.pool, w.cfg.LeaseEventRetention, w.cfg.PruneBatchSize); err != nil {
 		w.log.Warn("lease event retention failed", "err", err)
 	}
-	if _, err := queue.DeleteStaleWorkers(pctx, w.pool, w.cfg.StaleWorkerAge); err != nil {
+	if _, err := store.DeleteStaleWorkers(pctx, w.pool, w.cfg.StaleWorkerAge); err != nil {
 		w.log.Warn("stale worker cleanup failed", "err", err)
 	}
 }
@@ -327,18 +328,18 @@ func (w *Worker) periodicPass(ctx context.Context) (time.Duration, error) {
 		return 0, fmt.Errorf("begin: %w", err)
 	}
 	defer func() { _ = tx.Rollback(context.Background()) }()
-	hb, err := queue.LockPeriodicClock(pctx, tx, w.cfg.PeriodicGrace/2)
+	hb, err := store.LockPeriodicClock(pctx, tx, w.cfg.PeriodicGrace/2)
 	if err != nil {
 		return 0, err
 	}
-	now, due, err := queue.ReadDuePeriodic(pctx, tx)
+	now, due, err := store.ReadDuePeriodic(pctx, tx)
 	if err != nil {
 		return 0, err
 	}
 	plan := planPass(now, hb, w.periodicSince, w.cfg.PeriodicGrace, due, w.schedules.parse)
 	enqueued := make(map[string]int, len(plan.enqueues))
 	for _, e := range plan.enqueues {
-		matched, n, err := queue.EnqueuePeriodic(pctx, tx, e)
+		matched, n, err := store.EnqueuePeriodic(pctx, tx, e)
 		if err != nil {
 			return 0, err
 		}
@@ -350,7 +351,7 @@ func (w *Worker) periodicPass(ctx context.Context) (time.Duration, error) {
 		enqueued[e.Name] += int(n)
 	}
 	for _, j := range plan.onStart {
-		ok, err := queue.EnqueueOnStart(pctx, tx, j.name, []byte(j.meta))
+		ok, err := store.EnqueueOnStart(pctx, tx, j.name, []byte(j.meta))
 		if err != nil {
 			return 0, err
 		}
@@ -358,7 +359,7 @@ func (w *Worker) periodicPass(ctx context.Context) (time.Duration, error) {
 			enqueued[j.name]++
 		}
 	}
-	if err := queue.TouchPeriodicClock(pctx, tx, now); err != nil {
+	if err := store.TouchPeriodicClock(pctx, tx, now); err != nil {
 		return 0, err
 	}
 	if err := tx.Commit(pctx); err != nil {

@@ -17,7 +17,7 @@ type backlogArgs struct {
 func (backlogArgs) Kind() string { return "backlog" }
 
 // Under a continuous backlog the worker claims after the position where its last claim
-// ended (queue.ClaimCursor). A job that becomes available behind that position — here a
+// ended (the claim cursor). A job that becomes available behind that position — here a
 // more urgent one — must still be claimed within about PollInterval, not only once the
 // backlog is gone; and every job must run exactly once.
 func TestWorkerClaimsBehindItsCursorUnderLoad(t *testing.T) {

@@ -67,7 +67,7 @@ type Config struct {
 	// removed. Defaults to 10×LeaseDuration.
 	StaleWorkerAge time.Duration
 	// Backoff is the retry policy. Defaults to 1s doubling, capped at 1h, 20% jitter.
-	Backoff Backoff
+	Backoff queue.Backoff
 	// ShutdownGrace bounds how long Stop waits for cancelled handlers to return once its
 	// context is done. Defaults to 5s.
 	ShutdownGrace time.Duration
@@ -86,7 +86,7 @@ type Config struct {
 	PeriodicInterval time.Duration
 	// PeriodicGrace: a slot that fell due within this long after the last completed
 	// pass of any worker is caught up (every slot, none skipped); a later one fell due
-	// while every worker was down and follows its schedule's MissedPolicy. It also
+	// while every worker was down and follows its schedule's queue.MissedPolicy. It also
 	// bounds (half of it) how long a pass paused mid-transaction can hold up the others.
 	// Defaults to 10s; must be longer than PeriodicInterval.
 	PeriodicGrace time.Duration
@@ -230,8 +230,8 @@ func (c Config) validate() error {
 }
 
 // periodicParams checks Periodic and returns the schedules as stored.
-func (c Config) periodicParams() ([]PeriodicParams, error) {
-	out := make([]PeriodicParams, 0, len(c.Periodic))
+func (c Config) periodicParams() ([]queue.PeriodicParams, error) {
+	out := make([]queue.PeriodicParams, 0, len(c.Periodic))
 	seen := make(map[string]bool, len(c.Periodic))
 	for i, pj := range c.Periodic {
 		if pj == nil {

@@ -8,7 +8,7 @@
 // its leases with heartbeats; the reaper revokes expired ones by bumping the generation.
 // Every write a worker makes for a job is checked against its generation by the database
 // in the same statement or transaction, so a worker whose lease was revoked can write
-// nothing and gets ErrLeaseLost. A handler writes its results, its outbox rows and the
+// nothing and gets queue.ErrLeaseLost. A handler writes its results, its outbox rows and the
 // job's completion in one fenced transaction (Job.Commit); business unique constraints
 // stay as the last line of defence.
 //

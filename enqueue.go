@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/fenceq/fenceq/internal/store"
 	"github.com/fenceq/fenceq/queue"
 )
 
@@ -67,25 +68,25 @@ func mergeOpts(args JobArgs, opts *InsertOpts, own bool) InsertOpts {
 }
 
 // insertParams encodes one job's args and merged options for the engine.
-func insertParams(args JobArgs, o InsertOpts) (queue.InsertParams, error) {
+func insertParams(args JobArgs, o InsertOpts) (store.InsertParams, error) {
 	if args == nil {
-		return queue.InsertParams{}, &queue.ValidationError{Field: "args", Reason: "nil; want a JobArgs value"}
+		return store.InsertParams{}, &queue.ValidationError{Field: "args", Reason: "nil; want a JobArgs value"}
 	}
 	raw, err := json.Marshal(args)
 	if err != nil {
-		return queue.InsertParams{}, fmt.Errorf("encode %s args: %w", args.Kind(), err)
+		return store.InsertParams{}, fmt.Errorf("encode %s args: %w", args.Kind(), err)
 	}
 	var meta []byte
 	if len(o.Metadata) > 0 {
 		if meta, err = json.Marshal(o.Metadata); err != nil {
-			return queue.InsertParams{}, fmt.Errorf("encode %s metadata: %w", args.Kind(), err)
+			return store.InsertParams{}, fmt.Errorf("encode %s metadata: %w", args.Kind(), err)
 		}
 	}
 	unique := o.Unique
 	if unique.ByArgs && len(unique.ArgsFields) == 0 {
 		unique.ArgsFields = uniqueFields(args)
 	}
-	return queue.InsertParams{Queue: o.Queue, Kind: args.Kind(), Args: raw, Priority: o.Priority,
+	return store.InsertParams{Queue: o.Queue, Kind: args.Kind(), Args: raw, Priority: o.Priority,
 		RunAt: o.RunAt, RunIn: o.RunIn, MaxAttempts: o.MaxAttempts, UniqueKey: o.UniqueKey, Unique: unique,
 		Tags: o.Tags, Metadata: meta}, nil
 }
@@ -96,7 +97,7 @@ func insertParams(args JobArgs, o InsertOpts) (queue.InsertParams, error) {
 // The enqueue goes through the insert middleware of the Inserter ctx carries: inside a
 // running handler, the worker's (Config.InsertMiddleware); elsewhere, the one given to
 // WithInserter, if any.
-func Enqueue(ctx context.Context, db DBTX, args JobArgs, opts *InsertOpts) (*InsertResult, error) {
+func Enqueue(ctx context.Context, db queue.DBTX, args JobArgs, opts *InsertOpts) (*queue.InsertResult, error) {
 	return inserterFrom(ctx).Enqueue(ctx, db, args, opts)
 }
 
@@ -111,13 +112,13 @@ type EnqueueItem struct {
 // skipped). One invalid job fails the whole batch before anything is written. Like
 // Enqueue, it goes through the insert middleware of the Inserter ctx carries, which sees
 // the batch in one call.
-func EnqueueMany(ctx context.Context, db Beginner, items []EnqueueItem) (int64, error) {
+func EnqueueMany(ctx context.Context, db queue.Beginner, items []EnqueueItem) (int64, error) {
 	return inserterFrom(ctx).EnqueueMany(ctx, db, items)
 }
 
 // enqueueMany encodes n jobs, job k given by get, and inserts them with COPY.
-func enqueueMany(ctx context.Context, db Beginner, n int, get func(k int) (JobArgs, InsertOpts)) (int64, error) {
-	ps := make([]queue.InsertParams, n)
+func enqueueMany(ctx context.Context, db queue.Beginner, n int, get func(k int) (JobArgs, InsertOpts)) (int64, error) {
+	ps := make([]store.InsertParams, n)
 	for k := range ps {
 		p, err := insertParams(get(k))
 		if err != nil {
@@ -125,5 +126,38 @@ func enqueueMany(ctx context.Context, db Beginner, n int, get func(k int) (JobAr
 		}
 		ps[k] = p
 	}
-	return queue.InsertMany(ctx, db, ps)
+	return store.InsertMany(ctx, db, ps)
+}
+
+// RawArgs are job args given as encoded JSON rather than as a Go type: for tools that
+// enqueue kinds they have no Go type for (the fenceq CLI, a bridge from another
+// language). Their JSON is stored as given, and must be a JSON object.
+type RawArgs struct {
+	// KindName names the kind, and so the handler that runs the job.
+	KindName string
+	// JSON is the args object; empty means {}.
+	JSON json.RawMessage
+}
+
+// Kind implements JobArgs.
+func (a RawArgs) Kind() string { return a.KindName }
+
+// MarshalJSON returns the args as given ({} when empty).
+func (a RawArgs) MarshalJSON() ([]byte, error) {
+	if len(a.JSON) == 0 {
+		return []byte("{}"), nil
+	}
+	return a.JSON, nil
+}
+
+// ValidateEnqueue checks one job as Enqueue would, without touching the database, so that
+// a caller can reject bad input before it connects: the kind, the args, the queue,
+// priority, attempts, unique key, tags and metadata. Errors match queue.ErrInvalid and
+// name the field.
+func ValidateEnqueue(args JobArgs, opts *InsertOpts) error {
+	p, err := insertParams(args, mergeOpts(args, opts, false))
+	if err != nil {
+		return err
+	}
+	return store.ValidateInsert(p)
 }

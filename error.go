@@ -4,18 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
-	"github.com/fenceq/fenceq/queue"
 )
 
 // Sentinel errors; compare with errors.Is.
 var (
-	// ErrLeaseLost: the job's lease was revoked; the database rejected the write.
-	ErrLeaseLost = queue.ErrLeaseLost
-	// ErrNotFound: no job has that id.
-	ErrNotFound = queue.ErrNotFound
-	// ErrInvalid is matched by every validation error.
-	ErrInvalid = queue.ErrInvalid
 	// ErrLeaseDeadline is the cause of a job context cancelled because the worker could
 	// not confirm a lease renewal before its local deadline (the database was unreachable):
 	// it can no longer know that it holds the lease.

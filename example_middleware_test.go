@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fenceq/fenceq"
+	"github.com/fenceq/fenceq/internal/store"
 	"github.com/fenceq/fenceq/migrations"
 	"github.com/fenceq/fenceq/queue"
 )
@@ -59,7 +60,7 @@ func ExampleMiddleware() {
 		}
 		return next(ctx)
 	}
-	logAttempt := func(ctx context.Context, job *fenceq.JobRow, next func(context.Context) error) error {
+	logAttempt := func(ctx context.Context, job *queue.JobRow, next func(context.Context) error) error {
 		var meta struct {
 			Tenant string `json:"tenant"`
 		}
@@ -71,7 +72,7 @@ func ExampleMiddleware() {
 		fmt.Println("worker middleware: handler returned", err)
 		return err
 	}
-	kindOnly := func(ctx context.Context, job *fenceq.JobRow, next func(context.Context) error) error {
+	kindOnly := func(ctx context.Context, job *queue.JobRow, next func(context.Context) error) error {
 		fmt.Println("greet middleware")
 		return next(ctx)
 	}
@@ -118,7 +119,7 @@ func ExampleRecordOutput() {
 		}
 		return err
 	}, func(pool *pgxpool.Pool) {
-		job, err := queue.GetJob(ctx, pool, id)
+		job, err := store.GetJob(ctx, pool, id)
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -139,7 +140,7 @@ func ExampleHook() {
 			return fmt.Errorf("greeting service unavailable")
 		}
 		return nil
-	}, &fenceq.HandlerOpts{Backoff: &fenceq.Backoff{Base: time.Millisecond, Max: time.Millisecond}})
+	}, &fenceq.HandlerOpts{Backoff: &queue.Backoff{Base: time.Millisecond, Max: time.Millisecond}})
 	hook := outcomePrinter{done: done}
 	cfg := fenceq.Config{Handlers: hs, Hooks: []fenceq.Hook{hook}, ReaperInterval: 50 * time.Millisecond}
 	runUntil(ctx, cfg, done, func(pool *pgxpool.Pool) error {
@@ -156,11 +157,11 @@ func ExampleHook() {
 // outcomePrinter prints each attempt's start and outcome.
 type outcomePrinter struct{ done chan struct{} }
 
-func (p outcomePrinter) JobStarted(_ context.Context, job *fenceq.JobRow) {
+func (p outcomePrinter) JobStarted(_ context.Context, job *queue.JobRow) {
 	fmt.Printf("%s attempt %d started at lease generation %d\n", job.Kind, job.Attempt, job.LeaseGen)
 }
 
-func (p outcomePrinter) JobFinished(_ context.Context, job *fenceq.JobRow, res fenceq.AttemptResult) {
+func (p outcomePrinter) JobFinished(_ context.Context, job *queue.JobRow, res fenceq.AttemptResult) {
 	fmt.Printf("%s attempt %d: %s (%v)\n", job.Kind, job.Attempt, res.Outcome, res.Err)
 	if res.Outcome == fenceq.OutcomeCompleted {
 		close(p.done)

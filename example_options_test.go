@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fenceq/fenceq"
+	"github.com/fenceq/fenceq/internal/store"
 	"github.com/fenceq/fenceq/migrations"
 	"github.com/fenceq/fenceq/queue"
 )
@@ -32,10 +33,10 @@ func ExampleUniqueOpts() {
 	if err := migrations.Up(ctx, pool); err != nil {
 		log.Fatal(err)
 	}
-	opts := &fenceq.InsertOpts{Unique: fenceq.UniqueOpts{
+	opts := &fenceq.InsertOpts{Unique: queue.UniqueOpts{
 		ByArgs:   true,      // the fields tagged unique:"true": customer_id
 		ByPeriod: time.Hour, // one per hour of run_at, by the database's clock
-		ByState:  append(fenceq.UnfinishedStates(), fenceq.StateCompleted),
+		ByState:  append(queue.UnfinishedStates(), queue.StateCompleted),
 	}}
 	first, err := fenceq.Enqueue(ctx, pool, DigestArgs{CustomerID: 7, Requester: "ann"}, opts)
 	if err != nil {
@@ -63,7 +64,7 @@ func ExampleUniqueOpts() {
 }
 
 // Tags label jobs; operators find them with `fenceq jobs list --tag T`, code with
-// queue.ListJobs.
+// fenceq.ListJobs.
 func ExampleInsertOpts_tags() {
 	ctx := context.Background()
 	pool, cleanup := exampleSchema(ctx)
@@ -76,7 +77,7 @@ func ExampleInsertOpts_tags() {
 			log.Fatal(err)
 		}
 	}
-	jobs, err := queue.ListJobs(ctx, pool, queue.ListParams{Tag: "tenant-42"})
+	jobs, err := store.ListJobs(ctx, pool, queue.ListParams{Tag: "tenant-42"})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -84,7 +85,7 @@ func ExampleInsertOpts_tags() {
 		fmt.Println(j.ID, j.Tags)
 	}
 	_, err = fenceq.Enqueue(ctx, pool, GreetArgs{}, &fenceq.InsertOpts{Tags: []string{"no spaces"}})
-	fmt.Println(errors.Is(err, fenceq.ErrInvalid))
+	fmt.Println(errors.Is(err, queue.ErrInvalid))
 	// Output:
 	// 3 [tenant-42]
 	// 1 [tenant-42 import]
@@ -111,7 +112,7 @@ func ExampleHandlerOpts_nextRetry() {
 	fenceq.AddHandler(hs, func(ctx context.Context, job *fenceq.Job[FlakyArgs]) error {
 		defer close(failed)
 		return errors.New("upstream is down")
-	}, &fenceq.HandlerOpts{NextRetry: func(job *fenceq.JobRow) time.Time {
+	}, &fenceq.HandlerOpts{NextRetry: func(job *queue.JobRow) time.Time {
 		// Ten minutes per attempt so far, from the start of this attempt.
 		return job.AttemptedAt.Add(time.Duration(job.Attempt) * 10 * time.Minute)
 	}})
@@ -130,7 +131,7 @@ func ExampleHandlerOpts_nextRetry() {
 	if err := w.Stop(ctx); err != nil { // waits for the failure to be written
 		log.Fatal(err)
 	}
-	j, err := queue.GetJob(ctx, pool, res.Job.ID)
+	j, err := store.GetJob(ctx, pool, res.Job.ID)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/fenceq/fenceq"
 	"github.com/fenceq/fenceq/migrations"
+	"github.com/fenceq/fenceq/queue"
 )
 
 // ReportArgs are the arguments of a periodic "report" job.
@@ -53,7 +54,7 @@ func ExampleNewPeriodicJob() {
 	// Every second; a cron spec such as "30 2 * * *" with Timezone "Europe/Berlin"
 	// works the same way.
 	every := fenceq.NewPeriodicJob("report.each-second", "@every 1s", ReportArgs{Scope: "all"},
-		&fenceq.PeriodicOpts{Missed: fenceq.MissedSkip})
+		&fenceq.PeriodicOpts{Missed: queue.MissedSkip})
 	// Two workers define the same schedule; each slot is still enqueued once.
 	var workers []*fenceq.Worker
 	for range 2 {

@@ -11,14 +11,15 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/fenceq/fenceq/internal/store"
 	"github.com/fenceq/fenceq/queue"
 )
 
 // execution is one attempt of one job under one lease.
 type execution struct {
 	w       *Worker
-	row     *JobRow
-	lease   Lease
+	row     *queue.JobRow
+	lease   queue.Lease
 	handler *handlerEntry
 	cancel  context.CancelCauseFunc
 	// jctx is the context handed to middleware and the handler: a cancellable context
@@ -104,8 +105,8 @@ func (e *execution) extend(sent time.Time) {
 
 func (e *execution) commit(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) error {
 	var fnErr error
-	return e.commitWith(ctx, func(ctx context.Context, how queue.LeaseTx) error {
-		err := queue.WithLease(ctx, e.w.pool, e.lease, how, func(ctx context.Context, tx pgx.Tx) error {
+	return e.commitWith(ctx, func(ctx context.Context, how store.LeaseTx) error {
+		err := store.WithLease(ctx, e.w.pool, e.lease, how, func(ctx context.Context, tx pgx.Tx) error {
 			fnErr = fn(ctx, tx)
 			return fnErr
 		})
@@ -126,16 +127,16 @@ func (e *fnError) Unwrap() error { return e.err }
 // commitWith runs one fenced commit of the job through run, which gets the LeaseTx to
 // pass on, and settles its outcome: a lost lease is reported to the hooks, and an
 // error that may hide a commit that landed (a lost reply) is looked up.
-func (e *execution) commitWith(ctx context.Context, run func(ctx context.Context, how queue.LeaseTx) error) error {
+func (e *execution) commitWith(ctx context.Context, run func(ctx context.Context, how store.LeaseTx) error) error {
 	w := e.w
 	if _, released := e.flags(); released {
-		return fmt.Errorf("commit job %d: lease released on shutdown: %w", e.lease.JobID, ErrLeaseLost)
+		return fmt.Errorf("commit job %d: lease released on shutdown: %w", e.lease.JobID, queue.ErrLeaseLost)
 	}
-	err := run(ctx, queue.LeaseTx{Complete: true, Output: e.recordedOutput})
+	err := run(ctx, store.LeaseTx{Complete: true, Output: e.recordedOutput})
 	var fe *fnError
 	switch {
 	case err == nil:
-	case errors.Is(err, ErrLeaseLost):
+	case errors.Is(err, queue.ErrLeaseLost):
 		w.hooks.staleWriteRejected(e.hookCtx(), e.row, "commit")
 		w.log.Warn("fenced commit rejected: lease lost", "job_id", e.lease.JobID, "lease_gen", e.lease.Gen, "kind", e.row.Kind)
 		return err
@@ -155,17 +156,17 @@ func (e *execution) commitWith(ctx context.Context, run func(ctx context.Context
 	return nil
 }
 
-// landedWithin asks whether a write under the lease landed (queue.Landed), asking
+// landedWithin asks whether a write under the lease landed (the landed check), asking
 // again while the database cannot answer — a primary failing over, a partition
 // healing — for up to WriteTimeout. A COMMIT whose reply was lost is settled by
 // looking, never by writing again, so it must not be given up on at the first refused
 // connection.
-func (w *Worker) landedWithin(l Lease) (queue.State, bool, error) {
+func (w *Worker) landedWithin(l queue.Lease) (queue.State, bool, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), w.cfg.WriteTimeout)
 	defer cancel()
 	wait := 100 * time.Millisecond
 	for {
-		state, landed, err := queue.Landed(ctx, w.pool, l)
+		state, landed, err := store.Landed(ctx, w.pool, l)
 		if err == nil || errors.Is(err, queue.ErrNotFound) {
 			return state, landed, err
 		}
@@ -178,7 +179,7 @@ func (w *Worker) landedWithin(l Lease) (queue.State, bool, error) {
 	}
 }
 
-func (w *Worker) startExecution(row *JobRow, sent time.Time) {
+func (w *Worker) startExecution(row *queue.JobRow, sent time.Time) {
 	// Not a child of a worker-wide context: registering every job with one parent would
 	// take the parent's lock and a map entry per job at start and at finish; Stop
 	// cancels the jobs it has to one by one.
@@ -189,9 +190,9 @@ func (w *Worker) startExecution(row *JobRow, sent time.Time) {
 // newExecution tracks a claimed job under its lease: its context (a child of parent),
 // its local lease deadline, its queue slot. sent is the monotonic time the claim was
 // sent.
-func (w *Worker) newExecution(parent context.Context, row *JobRow, sent time.Time) *execution {
+func (w *Worker) newExecution(parent context.Context, row *queue.JobRow, sent time.Time) *execution {
 	h := w.cfg.Handlers.m[row.Kind]
-	e := &execution{w: w, row: row, lease: queue.LeaseOf(row), handler: h, start: time.Now()}
+	e := &execution{w: w, row: row, lease: store.LeaseOf(row), handler: h, start: time.Now()}
 	ctx, cancel := context.WithCancelCause(parent)
 	e.cancel, e.jctx = cancel, jobContext{Context: ctx, e: e}
 	e.deadline = time.AfterFunc(time.Until(sent.Add(w.cfg.LeaseDuration-w.cfg.LeaseMargin)), func() {
@@ -259,11 +260,11 @@ func (e *execution) settle(err error, trace string, cause error) {
 	case released:
 		e.finish(OutcomeReleased, nil)
 		return
-	case errors.Is(cause, ErrLeaseLost) || errors.Is(err, ErrLeaseLost):
+	case errors.Is(cause, queue.ErrLeaseLost) || errors.Is(err, queue.ErrLeaseLost):
 		// Any write would be rejected; the job belongs to someone else now.
 		log().Warn("job stopped: lease lost", "err", err)
 		lost := err
-		if !errors.Is(err, ErrLeaseLost) {
+		if !errors.Is(err, queue.ErrLeaseLost) {
 			lost = cause
 		}
 		e.finish(OutcomeLeaseLost, lost)
@@ -287,17 +288,17 @@ func (e *execution) settle(err error, trace string, cause error) {
 		switch {
 		case errors.As(err, &snooze):
 			outcome = OutcomeSnoozed
-			return queue.Snooze(ctx, w.pool, e.lease, snooze.d)
+			return store.Snooze(ctx, w.pool, e.lease, snooze.d)
 		case errors.As(err, &cancelE):
 			outcome = OutcomeCancelled
-			return queue.Cancel(ctx, w.pool, e.lease, err.Error())
+			return store.Cancel(ctx, w.pool, e.lease, err.Error())
 		default:
 			backoff, sinceAttempted := e.retryAfter()
 			msg := err.Error()
 			if cause != nil && !errors.Is(err, cause) {
 				msg = fmt.Sprintf("%s (context: %v)", msg, cause)
 			}
-			state, ferr := queue.Fail(ctx, w.pool, e.lease, queue.FailParams{
+			state, ferr := store.Fail(ctx, w.pool, e.lease, store.FailParams{
 				Err: msg, Trace: trace, Backoff: backoff, SinceAttempted: sinceAttempted,
 				Discard: errors.As(err, &discard),
 			})
@@ -310,7 +311,7 @@ func (e *execution) settle(err error, trace string, cause error) {
 	})
 	res := err
 	switch {
-	case errors.Is(werr, ErrLeaseLost):
+	case errors.Is(werr, queue.ErrLeaseLost):
 		outcome, res = OutcomeLeaseLost, werr
 	case werr != nil:
 		log().Error("could not record the job's outcome; the lease will expire and the job run again", "err", werr)
@@ -336,7 +337,7 @@ func (w *Worker) fencedWrite(ctx context.Context, e *execution, op string, write
 				return errors.Join(err, ctx.Err())
 			}
 			lctx, cancel := context.WithTimeout(ctx, w.cfg.WriteTimeout)
-			_, landed, lerr := queue.Landed(lctx, w.pool, e.lease)
+			_, landed, lerr := store.Landed(lctx, w.pool, e.lease)
 			cancel()
 			if lerr == nil && landed {
 				return nil
@@ -348,7 +349,7 @@ func (w *Worker) fencedWrite(ctx context.Context, e *execution, op string, write
 		if err == nil {
 			return nil
 		}
-		if errors.Is(err, ErrLeaseLost) {
+		if errors.Is(err, queue.ErrLeaseLost) {
 			w.hooks.staleWriteRejected(e.hookCtx(), e.row, op)
 			return err
 		}

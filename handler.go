@@ -25,19 +25,19 @@ type HandlerOpts struct {
 	// the handler runs).
 	Timeout time.Duration
 	// Backoff overrides the worker's retry policy for this kind.
-	Backoff *Backoff
+	Backoff *queue.Backoff
 	// Middleware wraps the work of this kind's jobs, inside the worker's
 	// (Config.Middleware), the first outermost.
 	Middleware []Middleware
 	// NextRetry, when set, decides when a failed job of this kind runs again: it gets
 	// the job's row and returns the instant of the retry, or the zero time to fall back
-	// to Backoff. Compute the instant from the row's times (AttemptedAt, the database's
+	// to queue.Backoff. Compute the instant from the row's times (AttemptedAt, the database's
 	// time of this attempt's claim; RunAt; CreatedAt), not from time.Now(): the retry is
 	// scheduled at AttemptedAt + (instant - AttemptedAt) by the database, so the
 	// worker's clock never enters. An instant already past retries at once. It is not
 	// consulted for JobDiscard, JobCancel or JobSnooze, nor once the attempts are used
 	// up.
-	NextRetry func(job *JobRow) time.Time
+	NextRetry func(job *queue.JobRow) time.Time
 }
 
 // Handlers maps job kinds to handlers. Build one with NewHandlers and AddHandler, then
@@ -48,7 +48,7 @@ type Handlers struct {
 
 type handlerEntry struct {
 	opts HandlerOpts
-	run  func(ctx context.Context, row *JobRow, e *execution) error
+	run  func(ctx context.Context, row *queue.JobRow, e *execution) error
 }
 
 // NewHandlers returns an empty registry.
@@ -83,7 +83,7 @@ func AddHandlerSafely[T JobArgs](hs *Handlers, fn HandlerFunc[T], opts *HandlerO
 			return fmt.Errorf("add handler for kind %q: HandlerOpts.Middleware[%d]: nil", kind, i)
 		}
 	}
-	hs.m[kind] = &handlerEntry{opts: o, run: func(ctx context.Context, row *JobRow, e *execution) error {
+	hs.m[kind] = &handlerEntry{opts: o, run: func(ctx context.Context, row *queue.JobRow, e *execution) error {
 		job := &Job[T]{JobRow: row, exec: e}
 		if err := json.Unmarshal(row.EncodedArgs, &job.Args); err != nil {
 			// Args that do not decode will never decode: retrying cannot help.

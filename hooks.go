@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/fenceq/fenceq/queue"
 )
 
 // Outcome is how one attempt of a job ended, as reported to JobFinishedHook.
@@ -38,36 +40,36 @@ type Hook any
 // middleware and handler run. job carries the attempt's lease (LeaseGen) and attempt
 // number.
 type JobStartedHook interface {
-	JobStarted(ctx context.Context, job *JobRow)
+	JobStarted(ctx context.Context, job *queue.JobRow)
 }
 
 // JobFinishedHook is told once per attempt, when its outcome is settled: written under
 // the lease, or known to be lost. For a job that completes, that is after its batched
 // completion (or its Job.Commit) was written.
 type JobFinishedHook interface {
-	JobFinished(ctx context.Context, job *JobRow, res AttemptResult)
+	JobFinished(ctx context.Context, job *queue.JobRow, res AttemptResult)
 }
 
 // LeaseLostHook is told when a heartbeat finds the lease of a running job gone (revoked
-// by the reaper or an operator); the job's context is cancelled with ErrLeaseLost.
+// by the reaper or an operator); the job's context is cancelled with queue.ErrLeaseLost.
 // holderAlive is true when this worker was still running the job after its lease had
 // expired (it paused or stalled past its lease) and recorded the expired_holder_alive
 // event itself, the reaper not having seen it alive.
 type LeaseLostHook interface {
-	LeaseLost(ctx context.Context, job *JobRow, holderAlive bool)
+	LeaseLost(ctx context.Context, job *queue.JobRow, holderAlive bool)
 }
 
 // StaleWriteRejectedHook is told when the database rejected a write of this worker
 // because the job's lease generation had moved on: op names the write ("commit",
 // "complete", "with lease", "settle", "release").
 type StaleWriteRejectedHook interface {
-	StaleWriteRejected(ctx context.Context, job *JobRow, op string)
+	StaleWriteRejected(ctx context.Context, job *queue.JobRow, op string)
 }
 
 // LeaseRevokedHook is told of each expired lease this worker's reaper revoked, whoever
 // held it. ctx is the reaper's.
 type LeaseRevokedHook interface {
-	LeaseRevoked(ctx context.Context, r Revocation)
+	LeaseRevoked(ctx context.Context, r queue.Revocation)
 }
 
 // HeartbeatFailedHook is told when a heartbeat statement failed (the database was
@@ -87,7 +89,7 @@ type AttemptResult struct {
 	Outcome Outcome
 	// Err is the error behind the outcome: the handler's (or a middleware's) for
 	// retried, discarded, cancelled and snoozed; for lease_lost an error matching
-	// ErrLeaseLost (the rejected write's, the handler's, or the cancellation's cause);
+	// queue.ErrLeaseLost (the rejected write's, the handler's, or the cancellation's cause);
 	// the failed write's for unknown; nil for completed and released.
 	Err error
 	// Duration runs from the claim to the settled outcome.
@@ -145,31 +147,31 @@ func newHookSet(hooks []Hook) (hookSet, error) {
 	return s, nil
 }
 
-func (s *hookSet) jobStarted(ctx context.Context, job *JobRow) {
+func (s *hookSet) jobStarted(ctx context.Context, job *queue.JobRow) {
 	for _, h := range s.started {
 		h.JobStarted(ctx, job)
 	}
 }
 
-func (s *hookSet) jobFinished(ctx context.Context, job *JobRow, res AttemptResult) {
+func (s *hookSet) jobFinished(ctx context.Context, job *queue.JobRow, res AttemptResult) {
 	for _, h := range s.finished {
 		h.JobFinished(ctx, job, res)
 	}
 }
 
-func (s *hookSet) leaseLost(ctx context.Context, job *JobRow, holderAlive bool) {
+func (s *hookSet) leaseLost(ctx context.Context, job *queue.JobRow, holderAlive bool) {
 	for _, h := range s.lost {
 		h.LeaseLost(ctx, job, holderAlive)
 	}
 }
 
-func (s *hookSet) staleWriteRejected(ctx context.Context, job *JobRow, op string) {
+func (s *hookSet) staleWriteRejected(ctx context.Context, job *queue.JobRow, op string) {
 	for _, h := range s.stale {
 		h.StaleWriteRejected(ctx, job, op)
 	}
 }
 
-func (s *hookSet) leaseRevoked(ctx context.Context, r Revocation) {
+func (s *hookSet) leaseRevoked(ctx context.Context, r queue.Revocation) {
 	for _, h := range s.revoked {
 		h.LeaseRevoked(ctx, r)
 	}

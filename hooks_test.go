@@ -12,6 +12,7 @@ import (
 
 	"github.com/fenceq/fenceq"
 	"github.com/fenceq/fenceq/fenceqtest"
+	"github.com/fenceq/fenceq/internal/store"
 	"github.com/fenceq/fenceq/queue"
 )
 
@@ -55,23 +56,23 @@ func (r *recorder) of(jobID int64) []hookEvent {
 	return out
 }
 
-func (r *recorder) JobStarted(ctx context.Context, job *fenceq.JobRow) {
+func (r *recorder) JobStarted(ctx context.Context, job *queue.JobRow) {
 	r.add(ctx, hookEvent{what: "started", jobID: job.ID, gen: job.LeaseGen})
 }
 
-func (r *recorder) JobFinished(ctx context.Context, job *fenceq.JobRow, res fenceq.AttemptResult) {
+func (r *recorder) JobFinished(ctx context.Context, job *queue.JobRow, res fenceq.AttemptResult) {
 	r.add(ctx, hookEvent{what: "finished", jobID: job.ID, gen: job.LeaseGen, res: res})
 }
 
-func (r *recorder) LeaseLost(ctx context.Context, job *fenceq.JobRow, holderAlive bool) {
+func (r *recorder) LeaseLost(ctx context.Context, job *queue.JobRow, holderAlive bool) {
 	r.add(ctx, hookEvent{what: "lost", jobID: job.ID, gen: job.LeaseGen, alive: holderAlive})
 }
 
-func (r *recorder) StaleWriteRejected(ctx context.Context, job *fenceq.JobRow, op string) {
+func (r *recorder) StaleWriteRejected(ctx context.Context, job *queue.JobRow, op string) {
 	r.add(ctx, hookEvent{what: "stale", jobID: job.ID, gen: job.LeaseGen, op: op})
 }
 
-func (r *recorder) LeaseRevoked(ctx context.Context, rev fenceq.Revocation) {}
+func (r *recorder) LeaseRevoked(ctx context.Context, rev queue.Revocation) {}
 
 func (r *recorder) HeartbeatFailed(ctx context.Context, err error) {}
 
@@ -119,7 +120,7 @@ func TestHooksFire(t *testing.T) {
 	cfg.ReaperInterval = time.Minute // only the operator revokes here
 	cfg.Hooks = []fenceq.Hook{rec}
 	cfg.Queues = map[string]fenceq.QueueConfig{"ok": {}, "fail": {}, "quit": {}, "stall": {}}
-	cfg.Middleware = []fenceq.Middleware{func(ctx context.Context, job *fenceq.JobRow, next func(context.Context) error) error {
+	cfg.Middleware = []fenceq.Middleware{func(ctx context.Context, job *queue.JobRow, next func(context.Context) error) error {
 		return next(context.WithValue(ctx, mwKey{}, fmt.Sprintf("mw of %d", job.ID)))
 	}}
 	b.startWorker(t, cfg)
@@ -162,10 +163,10 @@ func TestHooksFire(t *testing.T) {
 		if got := recv(t, waiting, 10*time.Second, "the handler"); got != id {
 			t.Fatalf("handler of job %d runs, want %d", got, id)
 		}
-		if err := queue.SetQueuePaused(b.ctx, b.db.Pool, q, true); err != nil {
+		if err := store.SetQueuePaused(b.ctx, b.db.Pool, q, true); err != nil {
 			t.Fatal(err)
 		}
-		if j, err := queue.RequeueJob(b.ctx, b.db.Pool, id); err != nil || j.LeaseGen != 2 {
+		if j, err := store.RequeueJob(b.ctx, b.db.Pool, id); err != nil || j.LeaseGen != 2 {
 			t.Fatalf("requeue: %+v, %v; want the lease revoked (gen 2)", j, err)
 		}
 	}
@@ -178,7 +179,7 @@ func TestHooksFire(t *testing.T) {
 		if evs[0].what != "started" || evs[1].what != "lost" || evs[2].what != "finished" {
 			t.Fatalf("events %+v, want started, lost, finished", evs)
 		}
-		if r := evs[2].res; r.Outcome != fenceq.OutcomeLeaseLost || !errors.Is(r.Err, fenceq.ErrLeaseLost) {
+		if r := evs[2].res; r.Outcome != fenceq.OutcomeLeaseLost || !errors.Is(r.Err, queue.ErrLeaseLost) {
 			t.Errorf("finished %+v, want lease_lost with ErrLeaseLost", r)
 		}
 	})
@@ -203,7 +204,7 @@ func TestHooksFire(t *testing.T) {
 		if evs[2].op != "commit" {
 			t.Errorf("stale write op %q, want commit", evs[2].op)
 		}
-		if r := evs[3].res; r.Outcome != fenceq.OutcomeLeaseLost || !errors.Is(r.Err, fenceq.ErrLeaseLost) {
+		if r := evs[3].res; r.Outcome != fenceq.OutcomeLeaseLost || !errors.Is(r.Err, queue.ErrLeaseLost) {
 			t.Errorf("finished %+v, want lease_lost with ErrLeaseLost", r)
 		}
 		if n := b.countEvents(t, queue.EventStaleWriteRejected, stall, 1); n != 1 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/fenceq/fenceq/internal/store"
 	"github.com/fenceq/fenceq/queue"
 )
 
@@ -15,14 +16,14 @@ import (
 // recovered and recorded like a handler's.
 //
 // job is the row the handler sees (Job[T].JobRow): its kind, queue, attempt, lease
-// generation and metadata (JobRow.Metadata, the JSON object its enqueue wrote, where
+// generation and metadata (queue.JobRow.Metadata, the JSON object its enqueue wrote, where
 // insert middleware puts what travels with a job, such as a trace context). It is
 // shared with the handler and the hooks: read it, do not modify it. A middleware passes
 // values to the handler and to the hooks in the context it gives next.
 //
 // Worker-level middleware (Config.Middleware) runs outside per-handler middleware
 // (HandlerOpts.Middleware), each list in the order given: the first is the outermost.
-type Middleware func(ctx context.Context, job *JobRow, next func(ctx context.Context) error) error
+type Middleware func(ctx context.Context, job *queue.JobRow, next func(ctx context.Context) error) error
 
 // InsertMiddleware wraps one enqueue: a single job (Enqueue, in a transaction or not)
 // or a COPY batch (EnqueueMany), which it sees as one call with every job of the batch.
@@ -45,7 +46,7 @@ type InsertJob struct {
 	// Result is set when next returned nil for a single enqueue: the inserted job, or
 	// the existing one its unique key matched. EnqueueMany leaves it nil (COPY returns
 	// no rows).
-	Result *InsertResult
+	Result *queue.InsertResult
 }
 
 // Inserter enqueues jobs through insert middleware. Configure one for the
@@ -95,13 +96,13 @@ func inserterFrom(ctx context.Context) *Inserter {
 
 // Enqueue inserts one job through the Inserter's middleware. See the package function
 // Enqueue.
-func (i *Inserter) Enqueue(ctx context.Context, db DBTX, args JobArgs, opts *InsertOpts) (*InsertResult, error) {
+func (i *Inserter) Enqueue(ctx context.Context, db queue.DBTX, args JobArgs, opts *InsertOpts) (*queue.InsertResult, error) {
 	if i == nil || len(i.mws) == 0 {
 		p, err := insertParams(args, mergeOpts(args, opts, false))
 		if err != nil {
 			return nil, err
 		}
-		return queue.Insert(ctx, db, p)
+		return store.Insert(ctx, db, p)
 	}
 	job := newInsertJob(args, opts)
 	err := runInsert(ctx, i.mws, []*InsertJob{job}, func(ctx context.Context) error {
@@ -109,7 +110,7 @@ func (i *Inserter) Enqueue(ctx context.Context, db DBTX, args JobArgs, opts *Ins
 		if err != nil {
 			return err
 		}
-		res, err := queue.Insert(ctx, db, p)
+		res, err := store.Insert(ctx, db, p)
 		if err != nil {
 			return err
 		}
@@ -127,7 +128,7 @@ func (i *Inserter) Enqueue(ctx context.Context, db DBTX, args JobArgs, opts *Ins
 
 // EnqueueMany inserts a batch with COPY through the Inserter's middleware, which sees
 // the whole batch. See the package function EnqueueMany.
-func (i *Inserter) EnqueueMany(ctx context.Context, db Beginner, items []EnqueueItem) (int64, error) {
+func (i *Inserter) EnqueueMany(ctx context.Context, db queue.Beginner, items []EnqueueItem) (int64, error) {
 	if i == nil || len(i.mws) == 0 {
 		return enqueueMany(ctx, db, len(items), func(k int) (JobArgs, InsertOpts) {
 			return items[k].Args, mergeOpts(items[k].Args, items[k].Opts, false)

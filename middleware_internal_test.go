@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"testing"
+
+	"github.com/fenceq/fenceq/queue"
 )
 
 // With no middleware and no hooks, running a job's work, its hooks and the context
@@ -13,8 +15,8 @@ import (
 // Not parallel: testing.AllocsPerRun counts the allocations of the whole process.
 func TestNoMiddlewareNoHooksAllocateNothing(t *testing.T) {
 	w := &Worker{}
-	h := &handlerEntry{run: func(context.Context, *JobRow, *execution) error { return nil }}
-	e := &execution{w: w, handler: h, row: &JobRow{}}
+	h := &handlerEntry{run: func(context.Context, *queue.JobRow, *execution) error { return nil }}
+	e := &execution{w: w, handler: h, row: &queue.JobRow{}}
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
 	e.jctx = jobContext{Context: ctx, e: e}
@@ -39,7 +41,7 @@ func TestNoMiddlewareNoHooksAllocateNothing(t *testing.T) {
 func TestJobContextIsTheCancellableContext(t *testing.T) {
 	t.Parallel()
 	w := &Worker{inserter: NewInserter()}
-	e := &execution{w: w, row: &JobRow{}}
+	e := &execution{w: w, row: &queue.JobRow{}}
 	ctx, cancel := context.WithCancelCause(context.Background())
 	e.jctx = jobContext{Context: ctx, e: e}
 	child, stop := context.WithCancel(context.WithValue(&e.jctx, ctxKey(99), "x"))
@@ -47,9 +49,9 @@ func TestJobContextIsTheCancellableContext(t *testing.T) {
 	if child.Value(executionKey) != e || inserterFrom(child) != w.inserter {
 		t.Fatal("a derived context does not find the execution and the Inserter")
 	}
-	cancel(ErrLeaseLost)
+	cancel(queue.ErrLeaseLost)
 	<-child.Done()
-	if !errors.Is(context.Cause(child), ErrLeaseLost) {
+	if !errors.Is(context.Cause(child), queue.ErrLeaseLost) {
 		t.Fatalf("cause %v, want ErrLeaseLost", context.Cause(child))
 	}
 }

@@ -36,7 +36,7 @@ func (tr *trail) get() []string {
 
 // around is work middleware that records name> before next and <name after it.
 func around(tr *trail, name string) fenceq.Middleware {
-	return func(ctx context.Context, job *fenceq.JobRow, next func(context.Context) error) error {
+	return func(ctx context.Context, job *queue.JobRow, next func(context.Context) error) error {
 		tr.add(name + ">")
 		err := next(ctx)
 		tr.add("<" + name)
@@ -81,7 +81,7 @@ func TestWorkMiddlewareOrder(t *testing.T) {
 	cfg := b.fastConfig(5 * time.Second)
 	cfg.Middleware = []fenceq.Middleware{
 		around(tr, "W1"),
-		func(ctx context.Context, job *fenceq.JobRow, next func(context.Context) error) error {
+		func(ctx context.Context, job *queue.JobRow, next func(context.Context) error) error {
 			return next(context.WithValue(ctx, mwKey{}, fmt.Sprintf("job %d gen %d", job.ID, job.LeaseGen)))
 		},
 		around(tr, "W2"),
@@ -120,7 +120,7 @@ func TestInsertMiddleware(t *testing.T) {
 	seen := map[int64]map[string]any{} // job id → metadata, as work middleware read it
 	cfg := b.fastConfig(5 * time.Second)
 	cfg.InsertMiddleware = mws
-	cfg.Middleware = []fenceq.Middleware{func(ctx context.Context, job *fenceq.JobRow, next func(context.Context) error) error {
+	cfg.Middleware = []fenceq.Middleware{func(ctx context.Context, job *queue.JobRow, next func(context.Context) error) error {
 		var meta map[string]any
 		if err := json.Unmarshal(job.Metadata, &meta); err != nil {
 			return err
@@ -258,7 +258,7 @@ func TestInsertMiddlewareErrors(t *testing.T) {
 		jobs[0].Opts.Queue = "no spaces allowed"
 		return next(ctx)
 	})
-	if _, err := bad.Enqueue(b.ctx, b.db.Pool, childArgs{}, nil); !errors.Is(err, fenceq.ErrInvalid) {
+	if _, err := bad.Enqueue(b.ctx, b.db.Pool, childArgs{}, nil); !errors.Is(err, queue.ErrInvalid) {
 		t.Errorf("Enqueue with an invalid queue set by middleware: %v, want ErrInvalid", err)
 	}
 	var n int
@@ -283,7 +283,7 @@ func TestWorkMiddlewareErrors(t *testing.T) {
 		return nil
 	}, nil)
 	cfg := b.fastConfig(5 * time.Second)
-	cfg.Middleware = []fenceq.Middleware{func(ctx context.Context, job *fenceq.JobRow, next func(context.Context) error) error {
+	cfg.Middleware = []fenceq.Middleware{func(ctx context.Context, job *queue.JobRow, next func(context.Context) error) error {
 		var args mwArgs
 		if err := json.Unmarshal(job.EncodedArgs, &args); err != nil {
 			return err

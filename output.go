@@ -9,20 +9,17 @@ import (
 	"github.com/fenceq/fenceq/queue"
 )
 
-// MaxOutputBytes bounds a job's recorded output: the size of its JSON encoding, 256 KiB.
-const MaxOutputBytes = queue.MaxOutputBytes
-
 // RecordOutput records v, encoded as JSON, as the output of the running job whose
 // handler ctx belongs to (or a context derived from it). The output is written to the
-// job's row (fenceq_jobs.output, JobRow.Output, shown by `fenceq jobs show`) by the
+// job's row (fenceq_jobs.output, queue.JobRow.Output, shown by `fenceq jobs show`) by the
 // job's completion, in the same fenced statement or transaction: the batched completion
 // after the handler returns nil, or Job.Commit's transaction (RecordOutput may be
 // called inside its function). So it is stored if and only if the job completes under
 // its lease — not when the attempt fails, nor when the lease was lost.
 //
 // A later call replaces an earlier one; a nil v (JSON null) records no output. An
-// encoding larger than MaxOutputBytes is a *ValidationError naming "output" (matching
-// ErrInvalid) and leaves the previous output in place. RecordOutput also fails when v
+// encoding larger than queue.MaxOutputBytes is a *queue.ValidationError naming "output" (matching
+// queue.ErrInvalid) and leaves the previous output in place. RecordOutput also fails when v
 // does not encode, when ctx is not a running job's, and once the job can no longer
 // take output: after its Job.Commit succeeded, or after its handler returned.
 func RecordOutput(ctx context.Context, v any) error {
@@ -34,9 +31,9 @@ func RecordOutput(ctx context.Context, v any) error {
 	if err != nil {
 		return fmt.Errorf("record output of job %d: %w", e.lease.JobID, err)
 	}
-	if len(b) > MaxOutputBytes {
+	if len(b) > queue.MaxOutputBytes {
 		return fmt.Errorf("record output of job %d: %w", e.lease.JobID, &queue.ValidationError{Field: "output",
-			Reason: fmt.Sprintf("%d bytes of JSON, over the limit of %d (MaxOutputBytes)", len(b), MaxOutputBytes)})
+			Reason: fmt.Sprintf("%d bytes of JSON, over the limit of %d (MaxOutputBytes)", len(b), queue.MaxOutputBytes)})
 	}
 	if string(b) == "null" {
 		b = nil

@@ -11,6 +11,7 @@ import (
 
 	"github.com/fenceq/fenceq"
 	"github.com/fenceq/fenceq/fenceqtest"
+	"github.com/fenceq/fenceq/internal/store"
 	"github.com/fenceq/fenceq/queue"
 )
 
@@ -49,9 +50,9 @@ func TestRecordOutputWrittenWithCompletion(t *testing.T) {
 			if err := fenceq.RecordOutput(ctx, "kept"); err != nil {
 				return err
 			}
-			err := fenceq.RecordOutput(ctx, strings.Repeat("x", fenceq.MaxOutputBytes))
-			var ve *fenceq.ValidationError
-			if !errors.Is(err, fenceq.ErrInvalid) || !errors.As(err, &ve) || ve.Field != "output" {
+			err := fenceq.RecordOutput(ctx, strings.Repeat("x", queue.MaxOutputBytes))
+			var ve *queue.ValidationError
+			if !errors.Is(err, queue.ErrInvalid) || !errors.As(err, &ve) || ve.Field != "output" {
 				return fenceq.JobDiscard(errors.New("too large output accepted or wrong error: " + errString(err)))
 			}
 			return nil
@@ -142,11 +143,11 @@ func TestRecordOutputNotWrittenWhenLeaseLost(t *testing.T) {
 	}
 	// Revoke both leases while the handlers hold them, and keep the jobs from being
 	// claimed again.
-	if err := queue.SetQueuePaused(b.ctx, b.db.Pool, queue.DefaultQueue, true); err != nil {
+	if err := store.SetQueuePaused(b.ctx, b.db.Pool, queue.DefaultQueue, true); err != nil {
 		t.Fatal(err)
 	}
 	for id := range ids {
-		j, err := queue.RequeueJob(b.ctx, b.db.Pool, id)
+		j, err := store.RequeueJob(b.ctx, b.db.Pool, id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -159,7 +160,7 @@ func TestRecordOutputNotWrittenWhenLeaseLost(t *testing.T) {
 	}
 	close(release)
 	for range ids {
-		if err := recv(t, returned, 10*time.Second, "a handler's return"); err != nil && !errors.Is(err, fenceq.ErrLeaseLost) {
+		if err := recv(t, returned, 10*time.Second, "a handler's return"); err != nil && !errors.Is(err, queue.ErrLeaseLost) {
 			t.Fatalf("handler: %v, want nil or ErrLeaseLost", err)
 		}
 	}
@@ -172,7 +173,7 @@ func TestRecordOutputNotWrittenWhenLeaseLost(t *testing.T) {
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
-		j, err := queue.GetJob(b.ctx, b.db.Pool, id)
+		j, err := store.GetJob(b.ctx, b.db.Pool, id)
 		if err != nil {
 			t.Fatal(err)
 		}

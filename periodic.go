@@ -5,28 +5,13 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/fenceq/fenceq/internal/store"
 	"github.com/fenceq/fenceq/queue"
 )
 
-// MissedPolicy says what a schedule does with the slots that fell due while every
-// worker was down: MissedSkip (the default) or MissedOnce.
-type MissedPolicy = queue.MissedPolicy
-
-// Missed-slot policies.
-const (
-	// MissedSkip enqueues none of the missed slots: the schedule resumes at its next slot.
-	MissedSkip = queue.MissedSkip
-	// MissedOnce enqueues one job, for the newest missed slot.
-	MissedOnce = queue.MissedOnce
-)
-
-// PeriodicParams is a schedule as stored in fenceq_periodic, for schedules whose kind
-// and args are not a Go type (the CLI's). See PeriodicJob for the typed form.
-type PeriodicParams = queue.PeriodicParams
-
 // PeriodicMaxCatchUp bounds the jobs one scheduling pass enqueues for one schedule
 // while catching up slots that fell due during a short hiccup. Slots past the bound
-// are treated as missed (the schedule's MissedPolicy), so no schedule can flood its
+// are treated as missed (the schedule's queue.MissedPolicy), so no schedule can flood its
 // queue.
 const PeriodicMaxCatchUp = 100
 
@@ -52,8 +37,8 @@ type PeriodicOpts struct {
 	Priority    *int
 	MaxAttempts int
 	// Missed is the policy for slots that fell due while every worker was down.
-	// Defaults to MissedSkip.
-	Missed MissedPolicy
+	// Defaults to queue.MissedSkip.
+	Missed queue.MissedPolicy
 	// RunOnStart enqueues one job when a scheduling pass finds that every worker was
 	// down (no pass completed within PeriodicGrace): at the first start, and after every
 	// outage. Its metadata says run_on_start instead of a slot.
@@ -77,9 +62,9 @@ func NewPeriodicJob(name, spec string, args JobArgs, opts *PeriodicOpts) *Period
 func (pj *PeriodicJob) Name() string { return pj.name }
 
 // Params returns the schedule as stored, checked: errors name the field.
-func (pj *PeriodicJob) Params() (PeriodicParams, error) {
+func (pj *PeriodicJob) Params() (queue.PeriodicParams, error) {
 	if pj.args == nil {
-		return PeriodicParams{}, invalidField("args", "schedule %q has no job args", pj.name)
+		return queue.PeriodicParams{}, invalidField("args", "schedule %q has no job args", pj.name)
 	}
 	o := InsertOpts{}
 	if withOpts, ok := pj.args.(JobArgsWithInsertOpts); ok {
@@ -87,9 +72,9 @@ func (pj *PeriodicJob) Params() (PeriodicParams, error) {
 	}
 	raw, err := json.Marshal(pj.args)
 	if err != nil {
-		return PeriodicParams{}, invalidField("args", "encode %s args: %v", pj.args.Kind(), err)
+		return queue.PeriodicParams{}, invalidField("args", "encode %s args: %v", pj.args.Kind(), err)
 	}
-	p := PeriodicParams{Name: pj.name, Spec: pj.spec, Timezone: pj.opts.Timezone, Kind: pj.args.Kind(),
+	p := queue.PeriodicParams{Name: pj.name, Spec: pj.spec, Timezone: pj.opts.Timezone, Kind: pj.args.Kind(),
 		Args: raw, Queue: o.Queue, Priority: o.Priority, MaxAttempts: o.MaxAttempts, Missed: pj.opts.Missed,
 		RunOnStart: pj.opts.RunOnStart, Source: queue.SourceCode}
 	if pj.opts.Queue != "" {
@@ -102,15 +87,15 @@ func (pj *PeriodicJob) Params() (PeriodicParams, error) {
 		p.MaxAttempts = pj.opts.MaxAttempts
 	}
 	if _, err := ValidatePeriodic(&p); err != nil {
-		return PeriodicParams{}, err
+		return queue.PeriodicParams{}, err
 	}
 	return p, nil
 }
 
 // ValidatePeriodic applies the defaults to p and checks every field, the spec and the
 // zone included, without touching the database, and returns the parsed schedule.
-// Errors are *queue.ValidationError naming the field (they match ErrInvalid).
-func ValidatePeriodic(p *PeriodicParams) (*Schedule, error) {
+// Errors are *queue.ValidationError naming the field (they match queue.ErrInvalid).
+func ValidatePeriodic(p *queue.PeriodicParams) (*Schedule, error) {
 	if err := p.Normalize(); err != nil {
 		return nil, err
 	}
@@ -120,14 +105,14 @@ func ValidatePeriodic(p *PeriodicParams) (*Schedule, error) {
 // AddPeriodic adds a schedule (source cli unless p.Source says otherwise); a schedule
 // of the same name existing already is an error matching queue.ErrExists. Its first
 // slot is the first after the database's now(). Nothing is written when p is invalid.
-func AddPeriodic(ctx context.Context, db DBTX, p PeriodicParams) (*PeriodicInfo, error) {
+func AddPeriodic(ctx context.Context, db queue.DBTX, p queue.PeriodicParams) (*PeriodicInfo, error) {
 	if p.Source == "" {
 		p.Source = queue.SourceCLI
 	}
 	if _, err := ValidatePeriodic(&p); err != nil {
 		return nil, err
 	}
-	r, err := queue.InsertPeriodic(ctx, db, p)
+	r, err := store.InsertPeriodic(ctx, db, p)
 	if err != nil {
 		return nil, err
 	}
@@ -176,8 +161,8 @@ func describePeriodic(r *queue.PeriodicRow) PeriodicInfo {
 
 // ListPeriodic returns every schedule with its next slot and lag, by the database's
 // clock.
-func ListPeriodic(ctx context.Context, db DBTX) ([]PeriodicInfo, error) {
-	rows, err := queue.ListPeriodic(ctx, db)
+func ListPeriodic(ctx context.Context, db queue.DBTX) ([]PeriodicInfo, error) {
+	rows, err := store.ListPeriodic(ctx, db)
 	if err != nil {
 		return nil, err
 	}
@@ -190,8 +175,8 @@ func ListPeriodic(ctx context.Context, db DBTX) ([]PeriodicInfo, error) {
 
 // GetPeriodic returns one schedule with its next slot and lag (queue.ErrNotFound when
 // none has the name).
-func GetPeriodic(ctx context.Context, db DBTX, name string) (*PeriodicInfo, error) {
-	r, err := queue.GetPeriodic(ctx, db, name)
+func GetPeriodic(ctx context.Context, db queue.DBTX, name string) (*PeriodicInfo, error) {
+	r, err := store.GetPeriodic(ctx, db, name)
 	if err != nil {
 		return nil, err
 	}
@@ -205,7 +190,7 @@ type periodicMeta struct {
 }
 
 // periodicOrigin names the schedule and why the job was enqueued: a slot (Slot, and
-// Missed when it is the newest slot of an outage, enqueued by MissedOnce), or the
+// Missed when it is the newest slot of an outage, enqueued by queue.MissedOnce), or the
 // start after an outage (RunOnStart, At).
 type periodicOrigin struct {
 	Name       string `json:"name"`
@@ -227,7 +212,7 @@ func slotString(t time.Time) string { return t.UTC().Format(time.RFC3339) }
 // last slot with the jobs to insert, the run-on-start jobs, and when the next slot is
 // due.
 type passPlan struct {
-	enqueues []queue.PeriodicEnqueue
+	enqueues []store.PeriodicEnqueue
 	onStart  []onStartJob
 	// passedOver: per schedule whose slots were passed over by the missed policy (or
 	// the catch-up bound), the newest of them, for the log.
@@ -256,13 +241,13 @@ type passedOver struct {
 //     running passes (a short hiccup at most) or starting: every such slot is
 //     enqueued, in order, up to PeriodicMaxCatchUp;
 //   - any other slot fell due while every worker was down (or past the bound):
-//     MissedSkip enqueues none of them, MissedOnce the newest; last_slot moves past
+//     queue.MissedSkip enqueues none of them, queue.MissedOnce the newest; last_slot moves past
 //     them either way;
 //   - when hb is nil or older than grace, every worker was down: run-on-start
 //     schedules get one job.
 //
 // schedule parses a spec in a zone.
-func planPass(now time.Time, hb *time.Time, started time.Time, grace time.Duration, due []queue.DuePeriodic,
+func planPass(now time.Time, hb *time.Time, started time.Time, grace time.Duration, due []store.DuePeriodic,
 	schedule func(spec, zone string) (*Schedule, error)) passPlan {
 	plan := passPlan{}
 	allDown := hb == nil || now.Sub(*hb) > grace
@@ -310,8 +295,8 @@ type window struct{ from, to time.Time }
 // are enqueued, in order, up to PeriodicMaxCatchUp; the rest (and every slot after the
 // bound is reached) are missed and follow d.Missed. It reports the newest slot passed
 // over, if any.
-func decideSlots(s *Schedule, d queue.DuePeriodic, now time.Time, live []window) (queue.PeriodicEnqueue, *passedOver) {
-	e := queue.PeriodicEnqueue{Name: d.Name, Spec: d.Spec, Timezone: d.Timezone, From: d.LastSlot, To: d.LastSlot}
+func decideSlots(s *Schedule, d store.DuePeriodic, now time.Time, live []window) (store.PeriodicEnqueue, *passedOver) {
+	e := store.PeriodicEnqueue{Name: d.Name, Spec: d.Spec, Timezone: d.Timezone, From: d.LastSlot, To: d.LastSlot}
 	type decided struct {
 		slot   time.Time
 		missed bool

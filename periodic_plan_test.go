@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fenceq/fenceq/internal/store"
 	"github.com/fenceq/fenceq/queue"
 )
 
@@ -54,7 +55,7 @@ func TestPlanPass(t *testing.T) {
 			if c.started != 0 {
 				started = at(c.started)
 			}
-			due := []queue.DuePeriodic{{Name: "s", Spec: "@every 1s", Timezone: "UTC", Missed: c.missed,
+			due := []store.DuePeriodic{{Name: "s", Spec: "@every 1s", Timezone: "UTC", Missed: c.missed,
 				RunOnStart: c.onStart, LastSlot: at(c.last)}}
 			plan := planPass(at(c.now), c.hb, started, grace, due, ParseSchedule)
 			var got []slot
@@ -89,7 +90,7 @@ func TestPlanPass(t *testing.T) {
 
 	// A hiccup longer than the bound (a huge grace): PeriodicMaxCatchUp slots, then the
 	// rest is passed over by the policy.
-	due := []queue.DuePeriodic{{Name: "s", Spec: "@every 1s", Timezone: "UTC", Missed: queue.MissedOnce, LastSlot: t0}}
+	due := []store.DuePeriodic{{Name: "s", Spec: "@every 1s", Timezone: "UTC", Missed: queue.MissedOnce, LastSlot: t0}}
 	plan := planPass(at(500.5), &t0, time.Time{}, time.Hour, due, ParseSchedule)
 	e := plan.enqueues[0]
 	if len(e.Metadata) != PeriodicMaxCatchUp+1 || !e.To.Equal(at(500)) || !plan.passedOver["s"].capped {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/fenceq/fenceq"
 	"github.com/fenceq/fenceq/fenceqtest"
+	"github.com/fenceq/fenceq/internal/store"
 	"github.com/fenceq/fenceq/queue"
 )
 
@@ -172,7 +173,7 @@ func waitDBTime(t *testing.T, ctx context.Context, db queue.DBTX, at time.Time, 
 
 func heartbeat(t *testing.T, ctx context.Context, db queue.DBTX) time.Time {
 	t.Helper()
-	c, err := queue.ReadPeriodicClock(ctx, db)
+	c, err := store.ReadPeriodicClock(ctx, db)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,7 +213,7 @@ func TestPeriodicWorkersShareSlots(t *testing.T) {
 	if job.Kind != "tick" || job.Queue != tickQueue || string(job.EncodedArgs) != `{"n": 7}` {
 		t.Fatalf("job = %s in %s with %s; want tick in %s with {\"n\": 7}", job.Kind, job.Queue, job.EncodedArgs, tickQueue)
 	}
-	rows, err := queue.ListPeriodic(b.ctx, b.db.Pool)
+	rows, err := store.ListPeriodic(b.ctx, b.db.Pool)
 	if err != nil || len(rows) != 1 {
 		t.Fatalf("list: %v %v", rows, err)
 	}
@@ -252,13 +253,13 @@ func TestPeriodicMissedSlots(t *testing.T) {
 	t.Parallel()
 	b := setupPeriodic(t)
 	const grace = 2 * time.Second
-	opts := func(m fenceq.MissedPolicy, onStart bool) *fenceq.PeriodicOpts {
+	opts := func(m queue.MissedPolicy, onStart bool) *fenceq.PeriodicOpts {
 		return &fenceq.PeriodicOpts{Queue: tickQueue, Missed: m, RunOnStart: onStart}
 	}
 	jobs := []*fenceq.PeriodicJob{
-		fenceq.NewPeriodicJob("skip", "@every 1s", TickArgs{}, opts(fenceq.MissedSkip, false)),
-		fenceq.NewPeriodicJob("once", "* * * * * *", TickArgs{}, opts(fenceq.MissedOnce, false)),
-		fenceq.NewPeriodicJob("on-start", "@every 1h", TickArgs{}, opts(fenceq.MissedSkip, true)),
+		fenceq.NewPeriodicJob("skip", "@every 1s", TickArgs{}, opts(queue.MissedSkip, false)),
+		fenceq.NewPeriodicJob("once", "* * * * * *", TickArgs{}, opts(queue.MissedOnce, false)),
+		fenceq.NewPeriodicJob("on-start", "@every 1h", TickArgs{}, opts(queue.MissedSkip, true)),
 	}
 	cfg := func(id string) fenceq.Config {
 		c := b.config(id, jobs...)
@@ -345,7 +346,7 @@ func TestPeriodicMissedSlots(t *testing.T) {
 func TestPeriodicSlotNotEnqueuedAgainAfterPrune(t *testing.T) {
 	t.Parallel()
 	b := setupPeriodic(t)
-	if _, err := fenceq.AddPeriodic(b.ctx, b.db.Pool, fenceq.PeriodicParams{Name: "late", Spec: "@every 1s",
+	if _, err := fenceq.AddPeriodic(b.ctx, b.db.Pool, queue.PeriodicParams{Name: "late", Spec: "@every 1s",
 		Kind: "noop", Queue: queue.DefaultQueue}); err != nil {
 		t.Fatal(err)
 	}
@@ -354,7 +355,7 @@ func TestPeriodicSlotNotEnqueuedAgainAfterPrune(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, stale, err := queue.ReadDuePeriodic(b.ctx, tx)
+	_, stale, err := store.ReadDuePeriodic(b.ctx, tx)
 	_ = tx.Rollback(b.ctx)
 	if err != nil || len(stale) != 1 {
 		t.Fatalf("read: %v %v", stale, err)
@@ -372,7 +373,7 @@ func TestPeriodicSlotNotEnqueuedAgainAfterPrune(t *testing.T) {
 	stopWorker(t, w)
 	os := origins(t, b.ctx, b.db.Pool, "late")
 	first := os[0]
-	if n, err := queue.PruneFinished(b.ctx, b.db.Pool, -time.Hour, 1000); err != nil || n == 0 {
+	if n, err := store.PruneFinished(b.ctx, b.db.Pool, -time.Hour, 1000); err != nil || n == 0 {
 		t.Fatalf("prune: %d %v", n, err)
 	}
 	if got := origins(t, b.ctx, b.db.Pool, "late"); slices.ContainsFunc(got, func(o origin) bool { return o.Slot == first.Slot }) {
@@ -387,7 +388,7 @@ func TestPeriodicSlotNotEnqueuedAgainAfterPrune(t *testing.T) {
 	}
 	defer func() { _ = tx.Rollback(b.ctx) }()
 	meta := `{"periodic": {"name": "late", "slot": "` + first.Slot + `"}}`
-	matched, inserted, err := queue.EnqueuePeriodic(b.ctx, tx, queue.PeriodicEnqueue{Name: "late", Spec: stale[0].Spec,
+	matched, inserted, err := store.EnqueuePeriodic(b.ctx, tx, store.PeriodicEnqueue{Name: "late", Spec: stale[0].Spec,
 		Timezone: stale[0].Timezone, From: stale[0].LastSlot, To: slot, Metadata: []string{meta}, LastEnqueued: slot})
 	if err != nil {
 		t.Fatal(err)
@@ -402,7 +403,7 @@ func TestPeriodicSlotNotEnqueuedAgainAfterPrune(t *testing.T) {
 		t.Fatalf("slot %s was enqueued a second time", first.Slot)
 	}
 	// The schedule's own state still says the slot is decided.
-	r, err := queue.GetPeriodic(b.ctx, b.db.Pool, "late")
+	r, err := store.GetPeriodic(b.ctx, b.db.Pool, "late")
 	if err != nil || r.LastSlot.Before(slot) {
 		t.Fatalf("last_slot = %v (%v); want at or after %s", r.LastSlot, err, slot)
 	}
@@ -422,7 +423,7 @@ func TestPeriodicPauseSurvivesRestart(t *testing.T) {
 	w1 := b.start(t, b.db.NewPool(t, 4), b.config("a1", pj))
 	w2 := b.start(t, b.db.NewPool(t, 4), b.config("a2", pj))
 	fenceqtest.WaitFor(t, "two slots", 30*time.Second, func() bool { return len(origins(t, b.ctx, b.db.Pool, "pausable")) >= 2 })
-	if _, err := queue.SetPeriodicPaused(b.ctx, b.db.Pool, "pausable", true); err != nil {
+	if _, err := store.SetPeriodicPaused(b.ctx, b.db.Pool, "pausable", true); err != nil {
 		t.Fatal(err)
 	}
 	pausedAt := dbNow(t, b.ctx, b.db.Pool)
@@ -432,7 +433,7 @@ func TestPeriodicPauseSurvivesRestart(t *testing.T) {
 
 	b.start(t, b.db.NewPool(t, 4), b.config("b1", pj))
 	b.start(t, b.db.NewPool(t, 4), b.config("b2", pj))
-	r, err := queue.GetPeriodic(b.ctx, b.db.Pool, "pausable")
+	r, err := store.GetPeriodic(b.ctx, b.db.Pool, "pausable")
 	if err != nil || !r.Paused {
 		t.Fatalf("after the restart: %+v %v; want still paused", r, err)
 	}
@@ -446,7 +447,7 @@ func TestPeriodicPauseSurvivesRestart(t *testing.T) {
 	if got := len(origins(t, b.ctx, b.db.Pool, "pausable")); got != n {
 		t.Fatalf("%d jobs enqueued while paused", got-n)
 	}
-	resumed, err := queue.SetPeriodicPaused(b.ctx, b.db.Pool, "pausable", false)
+	resumed, err := store.SetPeriodicPaused(b.ctx, b.db.Pool, "pausable", false)
 	if err != nil || resumed.Paused {
 		t.Fatalf("resume: %+v %v", resumed, err)
 	}
@@ -469,18 +470,18 @@ func TestPeriodicUpsertKeepsState(t *testing.T) {
 	cfg := b.config("u1", fenceq.NewPeriodicJob("hourly", "@hourly", TickArgs{N: 1}, &fenceq.PeriodicOpts{Queue: tickQueue}))
 	cfg.DisablePeriodic = true
 	stopWorker(t, b.start(t, b.db.Pool, cfg))
-	if _, err := queue.SetPeriodicPaused(b.ctx, b.db.Pool, "hourly", true); err != nil {
+	if _, err := store.SetPeriodicPaused(b.ctx, b.db.Pool, "hourly", true); err != nil {
 		t.Fatal(err)
 	}
-	before, err := queue.GetPeriodic(b.ctx, b.db.Pool, "hourly")
+	before, err := store.GetPeriodic(b.ctx, b.db.Pool, "hourly")
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg = b.config("u2", fenceq.NewPeriodicJob("hourly", "0 */2 * * *", TickArgs{N: 2},
-		&fenceq.PeriodicOpts{Queue: tickQueue, Timezone: "Europe/Berlin", Missed: fenceq.MissedOnce}))
+		&fenceq.PeriodicOpts{Queue: tickQueue, Timezone: "Europe/Berlin", Missed: queue.MissedOnce}))
 	cfg.DisablePeriodic = true
 	stopWorker(t, b.start(t, b.db.Pool, cfg))
-	after, err := queue.GetPeriodic(b.ctx, b.db.Pool, "hourly")
+	after, err := store.GetPeriodic(b.ctx, b.db.Pool, "hourly")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -495,26 +496,26 @@ func TestPeriodicUpsertKeepsState(t *testing.T) {
 func TestPeriodicRefusesBadInput(t *testing.T) {
 	t.Parallel()
 	b := setupPeriodic(t)
-	good := func() fenceq.PeriodicParams {
-		return fenceq.PeriodicParams{Name: "n", Spec: "@daily", Kind: "tick", Args: []byte(`{}`)}
+	good := func() queue.PeriodicParams {
+		return queue.PeriodicParams{Name: "n", Spec: "@daily", Kind: "tick", Args: []byte(`{}`)}
 	}
 	cases := []struct {
 		field string
-		edit  func(p *fenceq.PeriodicParams)
+		edit  func(p *queue.PeriodicParams)
 	}{
-		{"name", func(p *fenceq.PeriodicParams) { p.Name = "bad name" }},
-		{"name", func(p *fenceq.PeriodicParams) { p.Name = "" }},
-		{"spec", func(p *fenceq.PeriodicParams) { p.Spec = "every day" }},
-		{"spec", func(p *fenceq.PeriodicParams) { p.Spec = "" }},
-		{"timezone", func(p *fenceq.PeriodicParams) { p.Timezone = "Europe/Nowhere" }},
-		{"kind", func(p *fenceq.PeriodicParams) { p.Kind = "" }},
-		{"kind", func(p *fenceq.PeriodicParams) { p.Kind = "no spaces" }},
-		{"args", func(p *fenceq.PeriodicParams) { p.Args = []byte(`[1]`) }},
-		{"args", func(p *fenceq.PeriodicParams) { p.Args = []byte(`{"a":`) }},
-		{"queue", func(p *fenceq.PeriodicParams) { p.Queue = "-q" }},
-		{"missed", func(p *fenceq.PeriodicParams) { p.Missed = "twice" }},
-		{"priority", func(p *fenceq.PeriodicParams) { p.Priority = new(101) }},
-		{"max_attempts", func(p *fenceq.PeriodicParams) { p.MaxAttempts = -1 }},
+		{"name", func(p *queue.PeriodicParams) { p.Name = "bad name" }},
+		{"name", func(p *queue.PeriodicParams) { p.Name = "" }},
+		{"spec", func(p *queue.PeriodicParams) { p.Spec = "every day" }},
+		{"spec", func(p *queue.PeriodicParams) { p.Spec = "" }},
+		{"timezone", func(p *queue.PeriodicParams) { p.Timezone = "Europe/Nowhere" }},
+		{"kind", func(p *queue.PeriodicParams) { p.Kind = "" }},
+		{"kind", func(p *queue.PeriodicParams) { p.Kind = "no spaces" }},
+		{"args", func(p *queue.PeriodicParams) { p.Args = []byte(`[1]`) }},
+		{"args", func(p *queue.PeriodicParams) { p.Args = []byte(`{"a":`) }},
+		{"queue", func(p *queue.PeriodicParams) { p.Queue = "-q" }},
+		{"missed", func(p *queue.PeriodicParams) { p.Missed = "twice" }},
+		{"priority", func(p *queue.PeriodicParams) { p.Priority = new(101) }},
+		{"max_attempts", func(p *queue.PeriodicParams) { p.MaxAttempts = -1 }},
 	}
 	for _, c := range cases {
 		p := good()
@@ -554,7 +555,7 @@ func TestPeriodicRefusesBadInput(t *testing.T) {
 	if _, err := fenceq.NewWorker(b.db.Pool, cfg); err == nil || !strings.Contains(err.Error(), "PeriodicGrace") {
 		t.Errorf("grace not longer than the interval: %v", err)
 	}
-	rows, err := queue.ListPeriodic(b.ctx, b.db.Pool)
+	rows, err := store.ListPeriodic(b.ctx, b.db.Pool)
 	if err != nil || len(rows) != 0 {
 		t.Fatalf("schedules written: %+v %v", rows, err)
 	}
@@ -570,16 +571,16 @@ func (badArgs) Kind() string { return "bad" }
 func TestPeriodicTrigger(t *testing.T) {
 	t.Parallel()
 	b := setupPeriodic(t)
-	added, err := fenceq.AddPeriodic(b.ctx, b.db.Pool, fenceq.PeriodicParams{Name: "daily", Spec: "@daily",
+	added, err := fenceq.AddPeriodic(b.ctx, b.db.Pool, queue.PeriodicParams{Name: "daily", Spec: "@daily",
 		Kind: "tick", Args: []byte(`{"n": 3}`), Queue: tickQueue})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := fenceq.AddPeriodic(b.ctx, b.db.Pool, fenceq.PeriodicParams{Name: "daily", Spec: "@hourly",
+	if _, err := fenceq.AddPeriodic(b.ctx, b.db.Pool, queue.PeriodicParams{Name: "daily", Spec: "@hourly",
 		Kind: "tick"}); !errors.Is(err, queue.ErrExists) {
 		t.Fatalf("adding a second schedule named daily: %v; want ErrExists", err)
 	}
-	j, err := queue.TriggerPeriodic(b.ctx, b.db.Pool, "daily")
+	j, err := store.TriggerPeriodic(b.ctx, b.db.Pool, "daily")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -597,7 +598,7 @@ func TestPeriodicTrigger(t *testing.T) {
 	if !info.LastSlot.Equal(added.LastSlot) || info.LastEnqueuedSlot != nil || info.Next == nil {
 		t.Fatalf("after trigger %+v; want the slots untouched", info)
 	}
-	if _, err := queue.TriggerPeriodic(b.ctx, b.db.Pool, "nope"); !errors.Is(err, queue.ErrNotFound) {
+	if _, err := store.TriggerPeriodic(b.ctx, b.db.Pool, "nope"); !errors.Is(err, queue.ErrNotFound) {
 		t.Fatalf("trigger unknown: %v", err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/fenceq/fenceq"
 	"github.com/fenceq/fenceq/fenceqtest"
+	"github.com/fenceq/fenceq/internal/store"
 	"github.com/fenceq/fenceq/queue"
 )
 
@@ -98,7 +99,7 @@ func TestQueuesAtRuntime(t *testing.T) {
 	}
 	gated := []int64{enqueue(gateArgs{N: 1}, "b"), enqueue(gateArgs{N: 2}, "b"), enqueue(gateArgs{N: 3}, "b")}
 	fenceqtest.WaitFor(t, "two gated jobs running in b", 10*time.Second, func() bool { n, _ := g.count(); return n == 2 })
-	if j, _ := queue.GetJob(b.ctx, b.db.Pool, gated[2]); j.State != queue.StateAvailable {
+	if j, _ := store.GetJob(b.ctx, b.db.Pool, gated[2]); j.State != queue.StateAvailable {
 		t.Fatalf("third job of b is %s with 2 slots taken", j.State)
 	}
 	// Resized: the third starts without any job finishing.
@@ -135,7 +136,7 @@ func TestQueuesAtRuntime(t *testing.T) {
 	if j := fenceqtest.WaitState(t, b.db.Pool, gated[0], queue.StateCompleted, 10*time.Second); j.LeaseGen != 1 {
 		t.Fatalf("the removed queue's job completed at generation %d, want 1 (never revoked)", j.LeaseGen)
 	}
-	if j, _ := queue.GetJob(b.ctx, b.db.Pool, later); j.State != queue.StateAvailable || j.Attempt != 0 {
+	if j, _ := store.GetJob(b.ctx, b.db.Pool, later); j.State != queue.StateAvailable || j.Attempt != 0 {
 		t.Fatalf("job of the removed queue: %s attempt %d", j.State, j.Attempt)
 	}
 
@@ -148,7 +149,7 @@ func TestQueuesAtRuntime(t *testing.T) {
 	if err := w.AddQueue(b.ctx, "b", fenceq.QueueConfig{}); err == nil {
 		t.Fatal("adding a served queue twice succeeded")
 	}
-	if err := w.AddQueue(b.ctx, "bad name", fenceq.QueueConfig{}); !errors.Is(err, fenceq.ErrInvalid) {
+	if err := w.AddQueue(b.ctx, "bad name", fenceq.QueueConfig{}); !errors.Is(err, queue.ErrInvalid) {
 		t.Fatalf("add of an invalid name: %v", err)
 	}
 	if err := w.RemoveQueue(b.ctx, "nope"); !errors.Is(err, fenceq.ErrUnknownQueue) {

@@ -6,7 +6,7 @@ import (
 )
 
 // retryAfter returns the FailParams fields that say when a failed job runs again: the
-// kind's NextRetry when it names an instant, else the kind's Backoff, else the worker's.
+// kind's NextRetry when it names an instant, else the kind's queue.Backoff, else the worker's.
 //
 // NextRetry's instant becomes a delay from the row's attempted_at, which the database set
 // at the claim, and the database adds it to that same attempted_at (never earlier than

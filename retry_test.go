@@ -33,7 +33,7 @@ func TestNextRetryAndKindBackoffDecideRunAt(t *testing.T) {
 			return fenceq.JobDiscard(errors.New("permanent"))
 		}
 		return errors.New("try later")
-	}, &fenceq.HandlerOpts{NextRetry: func(job *fenceq.JobRow) time.Time {
+	}, &fenceq.HandlerOpts{NextRetry: func(job *queue.JobRow) time.Time {
 		var a retryArgs
 		if err := json.Unmarshal(job.EncodedArgs, &a); err != nil {
 			panic(err)
@@ -46,7 +46,7 @@ func TestNextRetryAndKindBackoffDecideRunAt(t *testing.T) {
 	}})
 	fenceq.AddHandler(b.hs, func(ctx context.Context, job *fenceq.Job[backoffArgs]) error {
 		return errors.New("later")
-	}, &fenceq.HandlerOpts{Backoff: &fenceq.Backoff{Base: 10 * time.Minute, Max: 10 * time.Minute, Jitter: 1e-9}})
+	}, &fenceq.HandlerOpts{Backoff: &queue.Backoff{Base: 10 * time.Minute, Max: 10 * time.Minute, Jitter: 1e-9}})
 	b.startWorker(t, b.fastConfig(5*time.Second))
 
 	enqueue := func(args fenceq.JobArgs) int64 {

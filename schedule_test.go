@@ -190,7 +190,7 @@ func TestParseScheduleRefusesBadInput(t *testing.T) {
 	} {
 		_, err := fenceq.ParseSchedule(c.spec, c.zone)
 		var ve *queue.ValidationError
-		if !errors.As(err, &ve) || ve.Field != c.field || !strings.Contains(err.Error(), c.says) || !errors.Is(err, fenceq.ErrInvalid) {
+		if !errors.As(err, &ve) || ve.Field != c.field || !strings.Contains(err.Error(), c.says) || !errors.Is(err, queue.ErrInvalid) {
 			t.Errorf("ParseSchedule(%q, %q) = %v; want an invalid %s error saying %q", c.spec, c.zone, err, c.field, c.says)
 		}
 		if err != nil && strings.Contains(err.Error(), "\n") {

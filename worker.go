@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/fenceq/fenceq/internal/store"
 	"github.com/fenceq/fenceq/queue"
 )
 
@@ -59,9 +60,9 @@ type Worker struct {
 	// writes the row again.
 	rowStale atomic.Bool
 
-	periodic      []PeriodicParams // Config.Periodic, checked
-	periodicSince time.Time        // the database's time at Start: slots after it fell due while this worker ran
-	schedules     scheduleCache    // the periodic goroutine's
+	periodic      []queue.PeriodicParams // Config.Periodic, checked
+	periodicSince time.Time              // the database's time at Start: slots after it fell due while this worker ran
+	schedules     scheduleCache          // the periodic goroutine's
 }
 
 // lifecycle is where a Worker is between NewWorker and Stop.
@@ -77,7 +78,7 @@ const (
 
 type leaseKey struct{ id, gen int64 }
 
-func keyOf(l Lease) leaseKey { return leaseKey{l.JobID, l.Gen} }
+func keyOf(l queue.Lease) leaseKey { return leaseKey{l.JobID, l.Gen} }
 
 type queueLoop struct {
 	name string
@@ -86,7 +87,7 @@ type queueLoop struct {
 	// cursor is where the last claim ended in claim order and lookedBehind when the
 	// queue was last claimed from the start of the order. Only the queue's claim loop
 	// touches them.
-	cursor       *queue.ClaimCursor
+	cursor       *store.ClaimCursor
 	lookedBehind time.Time
 	// starved is set, under Worker.mu, when the claim loop found no free slot; the next
 	// freed slot wakes it. Freed slots do not wake it otherwise: a wake-up per finished
@@ -98,7 +99,7 @@ type queueLoop struct {
 	// the floor instead, except the look behind, so a queue whose head holds jobs of
 	// other kinds is walked once per PollInterval, not by every claim. Only the claim
 	// loop touches them.
-	floor        *queue.ClaimCursor
+	floor        *store.ClaimCursor
 	checkedFloor time.Time
 	// stop ends the claim loop after its current claim (RemoveQueue); done is closed
 	// when it has ended.
@@ -186,11 +187,11 @@ func (w *Worker) Start(ctx context.Context) error {
 		return fmt.Errorf("start worker: %w", err)
 	}
 	var err error
-	if w.periodicSince, err = queue.UpsertPeriodic(ctx, w.pool, w.periodic); err != nil {
+	if w.periodicSince, err = store.UpsertPeriodic(ctx, w.pool, w.periodic); err != nil {
 		w.mu.Lock()
 		w.state = stateNew
 		w.mu.Unlock()
-		_ = queue.DeregisterWorker(context.WithoutCancel(ctx), w.pool, w.cfg.ID)
+		_ = store.DeregisterWorker(context.WithoutCancel(ctx), w.pool, w.cfg.ID)
 		return fmt.Errorf("start worker: %w", err)
 	}
 
@@ -214,7 +215,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		w.claimWG.Add(1)
 		go func() {
 			defer w.claimWG.Done()
-			queue.Listen(claimCtx, w.pool, queue.ListenConfig{
+			store.Listen(claimCtx, w.pool, store.ListenConfig{
 				OnNotify: func(q string) {
 					w.mu.Lock()
 					ql := w.queues[q]
@@ -301,7 +302,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 	dctx, cancel := context.WithTimeout(context.Background(), w.cfg.WriteTimeout)
 	defer cancel()
 	w.regMu.Lock() // after any AddQueue or RemoveQueue writing the row
-	if err := queue.DeregisterWorker(dctx, w.pool, w.cfg.ID); err != nil {
+	if err := store.DeregisterWorker(dctx, w.pool, w.cfg.ID); err != nil {
 		w.log.Warn("deregister worker", "err", err)
 	}
 	w.regMu.Unlock()
@@ -339,7 +340,7 @@ func (w *Worker) releaseAll() {
 		e.cancel(ErrShutdown)
 		ctx, cancel := context.WithTimeout(context.Background(), w.cfg.WriteTimeout)
 		err := w.fencedWrite(ctx, e, "release", func(ctx context.Context) error {
-			return queue.Release(ctx, w.pool, e.lease)
+			return store.Release(ctx, w.pool, e.lease)
 		})
 		cancel()
 		if err != nil {
@@ -351,10 +352,10 @@ func (w *Worker) releaseAll() {
 }
 
 // RunningJobs returns the leases this worker holds now.
-func (w *Worker) RunningJobs() []Lease {
+func (w *Worker) RunningJobs() []queue.Lease {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	out := make([]Lease, 0, len(w.execs))
+	out := make([]queue.Lease, 0, len(w.execs))
 	for _, e := range w.execs {
 		out = append(out, e.lease)
 	}
@@ -439,7 +440,7 @@ func (w *Worker) claimOnce(ctx context.Context, ql *queueLoop) bool {
 	if behind {
 		after = nil
 	}
-	rows, err := queue.Claim(ctx, w.pool, queue.ClaimParams{
+	rows, err := store.Claim(ctx, w.pool, store.ClaimParams{
 		Queue: ql.name, WorkerID: w.cfg.ID, Limit: limit, Lease: w.cfg.LeaseDuration, After: after, Kinds: w.kinds})
 	if err != nil {
 		if ctx.Err() == nil {
@@ -450,7 +451,7 @@ func (w *Worker) claimOnce(ctx context.Context, ql *queueLoop) bool {
 	if behind {
 		ql.cursor, ql.lookedBehind = nil, sent
 	}
-	switch c := queue.CursorAfter(rows); {
+	switch c := store.CursorAfter(rows); {
 	case len(rows) < limit:
 		// No backlog: the next claim starts from the beginning again. Jobs inserted
 		// concurrently can commit after a later one was claimed, behind the cursor; a
@@ -475,13 +476,13 @@ func (w *Worker) claimOnce(ctx context.Context, ql *queueLoop) bool {
 // would again. The last of them becomes the queue's floor. It looks at most once per
 // PollInterval, and a queue without such jobs keeps no floor, so the claims of a worker
 // that knows every kind in its queues are what they were without it.
-func (w *Worker) findFloor(ctx context.Context, ql *queueLoop, rows []*JobRow, sent time.Time) {
+func (w *Worker) findFloor(ctx context.Context, ql *queueLoop, rows []*queue.JobRow, sent time.Time) {
 	if sent.Sub(ql.checkedFloor) < w.cfg.PollInterval && ql.floor == nil {
 		return
 	}
 	ql.checkedFloor = sent
 	fctx, cancel := context.WithTimeout(ctx, w.cfg.WriteTimeout)
-	floor, err := queue.OtherKindAhead(fctx, w.pool, ql.name, w.kinds, queue.CursorBefore(rows))
+	floor, err := store.OtherKindAhead(fctx, w.pool, ql.name, w.kinds, store.CursorBefore(rows))
 	cancel()
 	if err != nil {
 		if ctx.Err() == nil {
@@ -520,5 +521,5 @@ func (w *Worker) register(ctx context.Context) error {
 // registerQueues writes the worker's row with queues. w.regMu must be held.
 func (w *Worker) registerQueues(ctx context.Context, queues []string) error {
 	host, _ := os.Hostname()
-	return queue.RegisterWorker(ctx, w.pool, w.cfg.ID, host, os.Getpid(), queues, w.kinds)
+	return store.RegisterWorker(ctx, w.pool, w.cfg.ID, host, os.Getpid(), queues, w.kinds)
 }

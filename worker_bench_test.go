@@ -8,6 +8,7 @@ import (
 
 	"github.com/fenceq/fenceq"
 	"github.com/fenceq/fenceq/fenceqtest"
+	"github.com/fenceq/fenceq/queue"
 )
 
 type drainArgs struct {
@@ -27,7 +28,7 @@ func BenchmarkWorkerDrain(b *testing.B) {
 	b.Run("bare", func(b *testing.B) { benchDrain(b, fenceq.Config{}) })
 	b.Run("middleware+hook", func(b *testing.B) {
 		benchDrain(b, fenceq.Config{
-			Middleware: []fenceq.Middleware{func(ctx context.Context, _ *fenceq.JobRow, next func(context.Context) error) error {
+			Middleware: []fenceq.Middleware{func(ctx context.Context, _ *queue.JobRow, next func(context.Context) error) error {
 				return next(ctx)
 			}},
 			Hooks: []fenceq.Hook{finishedCounter{}},
@@ -38,7 +39,7 @@ func BenchmarkWorkerDrain(b *testing.B) {
 // finishedCounter is a JobFinished hook that does nothing but be called.
 type finishedCounter struct{}
 
-func (finishedCounter) JobFinished(context.Context, *fenceq.JobRow, fenceq.AttemptResult) {}
+func (finishedCounter) JobFinished(context.Context, *queue.JobRow, fenceq.AttemptResult) {}
 
 func benchDrain(b *testing.B, cfg fenceq.Config) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)

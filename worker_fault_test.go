@@ -15,6 +15,7 @@ import (
 	"github.com/fenceq/fenceq"
 	"github.com/fenceq/fenceq/fenceqtest"
 	"github.com/fenceq/fenceq/internal/faultproxy"
+	"github.com/fenceq/fenceq/internal/store"
 	"github.com/fenceq/fenceq/queue"
 )
 
@@ -165,20 +166,20 @@ func TestPausedHolderCannotWriteAfterRevocation(t *testing.T) {
 
 	// A's handler resumes.
 	close(aResume)
-	if err := recv(t, aCommitErr, 10*time.Second, "A's commit"); !errors.Is(err, fenceq.ErrLeaseLost) {
+	if err := recv(t, aCommitErr, 10*time.Second, "A's commit"); !errors.Is(err, queue.ErrLeaseLost) {
 		t.Fatalf("A's fenced commit after revocation: %v, want ErrLeaseLost", err)
 	}
-	if cause, _ := aCtxCause.Load().(error); !errors.Is(cause, fenceq.ErrLeaseDeadline) && !errors.Is(cause, fenceq.ErrLeaseLost) {
+	if cause, _ := aCtxCause.Load().(error); !errors.Is(cause, fenceq.ErrLeaseDeadline) && !errors.Is(cause, queue.ErrLeaseLost) {
 		t.Errorf("A's context cause = %v, want lease deadline or lease lost", cause)
 	}
 	// Every other write A could make is rejected too.
-	if err := queue.Complete(b.ctx, b.db.Pool, leaseA); !errors.Is(err, queue.ErrLeaseLost) {
+	if err := store.Complete(b.ctx, b.db.Pool, leaseA); !errors.Is(err, queue.ErrLeaseLost) {
 		t.Errorf("A's completion: %v", err)
 	}
-	if err := queue.Release(b.ctx, b.db.Pool, leaseA); !errors.Is(err, queue.ErrLeaseLost) {
+	if err := store.Release(b.ctx, b.db.Pool, leaseA); !errors.Is(err, queue.ErrLeaseLost) {
 		t.Errorf("A's release: %v", err)
 	}
-	hb, err := queue.Heartbeat(b.ctx, b.db.Pool, "worker-A", []queue.Lease{leaseA}, lease)
+	hb, err := store.Heartbeat(b.ctx, b.db.Pool, "worker-A", []queue.Lease{leaseA}, lease)
 	if err != nil || len(hb.Lost) != 1 || len(hb.Renewed) != 0 {
 		t.Errorf("A's heartbeat: %+v %v, want the lease reported lost", hb, err)
 	}
@@ -207,7 +208,7 @@ func TestHeartbeatLossCancelsContextBeforeLeaseExpires(t *testing.T) {
 	b := setup(t)
 	pool, proxy := b.proxiedPool(t)
 
-	started := make(chan fenceq.Lease, 1)
+	started := make(chan queue.Lease, 1)
 	type cancelled struct {
 		cause           error
 		leaseStillValid bool
@@ -267,7 +268,7 @@ func TestHeartbeatLossCancelsContextBeforeLeaseExpires(t *testing.T) {
 func TestHeartbeatReportingLostLeaseCancelsContext(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	started := make(chan fenceq.Lease, 1)
+	started := make(chan queue.Lease, 1)
 	causes := make(chan error, 1)
 	var runs atomic.Int64
 	fenceq.AddHandler(b.hs, func(ctx context.Context, job *fenceq.Job[resultArgs]) error {
@@ -286,12 +287,12 @@ func TestHeartbeatReportingLostLeaseCancelsContext(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := recv(t, started, 10*time.Second, "the job to start")
-	if _, err := queue.RequeueJob(b.ctx, b.db.Pool, l.JobID); err != nil {
+	if _, err := store.RequeueJob(b.ctx, b.db.Pool, l.JobID); err != nil {
 		t.Fatal(err)
 	}
 	select {
 	case cause := <-causes:
-		if !errors.Is(cause, fenceq.ErrLeaseLost) {
+		if !errors.Is(cause, queue.ErrLeaseLost) {
 			t.Fatalf("cause = %v, want ErrLeaseLost", cause)
 		}
 	case <-time.After(10 * time.Second):
@@ -328,7 +329,7 @@ func TestLongJobThatHeartbeatsIsNeverReaped(t *testing.T) {
 	// While it runs, the lease moves forward past its first expiry plus a whole lease:
 	// proof the heartbeats happen (the job runs 5 s, so it is still running then).
 	fenceqtest.WaitFor(t, "the lease to be renewed past its first expiry + 1s", 4*time.Second, func() bool {
-		mid, err := queue.GetJob(b.ctx, b.db.Pool, res.Job.ID)
+		mid, err := store.GetJob(b.ctx, b.db.Pool, res.Job.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -379,10 +380,10 @@ func TestShutdownReleasesLeasesOfUnfinishedJobs(t *testing.T) {
 	if err := w.Stop(ctx); err != nil {
 		t.Fatalf("stop: %v", err)
 	}
-	if err := recv(t, commitErr, 10*time.Second, "the late commit"); !errors.Is(err, fenceq.ErrLeaseLost) {
+	if err := recv(t, commitErr, 10*time.Second, "the late commit"); !errors.Is(err, queue.ErrLeaseLost) {
 		t.Fatalf("commit after release: %v, want ErrLeaseLost", err)
 	}
-	j, err := queue.GetJob(b.ctx, b.db.Pool, res.Job.ID)
+	j, err := store.GetJob(b.ctx, b.db.Pool, res.Job.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -473,10 +474,10 @@ func testLostCommitReplyIsSettled(t *testing.T, commit func(context.Context, *fe
 		t.Fatalf("job.Commit = %v for a commit that landed; want nil once the database answers", err)
 	}
 	fenceqtest.WaitFor(t, "the job to be completed", 20*time.Second, func() bool {
-		j, err := queue.GetJob(b.ctx, b.db.Pool, res.Job.ID)
+		j, err := store.GetJob(b.ctx, b.db.Pool, res.Job.ID)
 		return err == nil && j.State == queue.StateCompleted
 	})
-	j, err := queue.GetJob(b.ctx, b.db.Pool, res.Job.ID)
+	j, err := store.GetJob(b.ctx, b.db.Pool, res.Job.ID)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/fenceq/fenceq"
 	"github.com/fenceq/fenceq/fenceqtest"
+	"github.com/fenceq/fenceq/internal/store"
 	"github.com/fenceq/fenceq/queue"
 )
 
@@ -49,14 +50,14 @@ func TestWorkerLeavesUnknownKindsAlone(t *testing.T) {
 	if !slices.Equal(kinds, []string{"echo"}) {
 		t.Fatalf("fenceq_workers.kinds = %v, want [echo]", kinds)
 	}
-	j, err := queue.GetJob(b.ctx, b.db.Pool, ghost.Job.ID)
+	j, err := store.GetJob(b.ctx, b.db.Pool, ghost.Job.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if j.State != queue.StateAvailable || j.Attempt != 0 || j.LeaseGen != 0 || len(j.Errors) != 0 {
 		t.Fatalf("ghost job after the old worker: %s attempt %d gen %d errors %v; want it untouched", j.State, j.Attempt, j.LeaseGen, j.Errors)
 	}
-	unknown, err := queue.ListJobs(b.ctx, b.db.Pool, queue.ListParams{UnknownKinds: true})
+	unknown, err := store.ListJobs(b.ctx, b.db.Pool, queue.ListParams{UnknownKinds: true})
 	if err != nil || len(unknown) != 1 || unknown[0].ID != ghost.Job.ID {
 		t.Fatalf("unknown kinds: %v %v, want the ghost job", unknown, err)
 	}

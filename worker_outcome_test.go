@@ -10,6 +10,7 @@ import (
 
 	"github.com/fenceq/fenceq"
 	"github.com/fenceq/fenceq/fenceqtest"
+	"github.com/fenceq/fenceq/internal/store"
 	"github.com/fenceq/fenceq/queue"
 )
 
@@ -144,7 +145,7 @@ func TestArgsThatDoNotDecodeAreDiscarded(t *testing.T) {
 	b := setup(t)
 	fenceq.AddHandler(b.hs, func(ctx context.Context, job *fenceq.Job[undecodableArgs]) error { return nil }, nil)
 	b.startWorker(t, b.fastConfig(5*time.Second))
-	res, err := queue.Insert(b.ctx, b.db.Pool, queue.InsertParams{Kind: "undecodable", Args: []byte(`{"n":"not a number"}`)})
+	res, err := store.Insert(b.ctx, b.db.Pool, store.InsertParams{Kind: "undecodable", Args: []byte(`{"n":"not a number"}`)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +164,7 @@ func TestInsertWakesWorkerWithoutPolling(t *testing.T) {
 	cfg.PollInterval = time.Minute
 	b.startWorker(t, cfg)
 	// The listener is connected once its LISTEN is the last statement of a backend.
-	listen := `LISTEN "` + queue.ChannelPrefix + b.db.Schema + `"`
+	listen := `LISTEN "` + store.ChannelPrefix + b.db.Schema + `"`
 	fenceqtest.WaitFor(t, "the worker's LISTEN", 10*time.Second, func() bool {
 		var n int
 		if err := b.db.Pool.QueryRow(b.ctx, `SELECT count(*) FROM pg_stat_activity WHERE query = $1`, listen).Scan(&n); err != nil {
@@ -186,7 +187,7 @@ func TestPausedQueueIsNotWorkedUntilResumed(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	fenceq.AddHandler(b.hs, func(ctx context.Context, job *fenceq.Job[echoArgs]) error { return nil }, nil)
-	if err := queue.SetQueuePaused(b.ctx, b.db.Pool, "default", true); err != nil {
+	if err := store.SetQueuePaused(b.ctx, b.db.Pool, "default", true); err != nil {
 		t.Fatal(err)
 	}
 	b.startWorker(t, b.fastConfig(5*time.Second))
@@ -195,10 +196,10 @@ func TestPausedQueueIsNotWorkedUntilResumed(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(500 * time.Millisecond) // ten poll intervals
-	if j, _ := queue.GetJob(b.ctx, b.db.Pool, res.Job.ID); j.State != queue.StateAvailable {
+	if j, _ := store.GetJob(b.ctx, b.db.Pool, res.Job.ID); j.State != queue.StateAvailable {
 		t.Fatalf("paused queue's job is %s", j.State)
 	}
-	if err := queue.SetQueuePaused(b.ctx, b.db.Pool, "default", false); err != nil {
+	if err := store.SetQueuePaused(b.ctx, b.db.Pool, "default", false); err != nil {
 		t.Fatal(err)
 	}
 	fenceqtest.WaitState(t, b.db.Pool, res.Job.ID, queue.StateCompleted, 10*time.Second)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fenceq/fenceq/internal/store"
 	"github.com/fenceq/fenceq/outbox"
 	"github.com/fenceq/fenceq/queue"
 )
@@ -21,7 +22,7 @@ func TestQueuesPauseResume(t *testing.T) {
 		t.Fatalf("after pause: %+v", qs)
 	}
 	// A paused queue gives nothing to a claimer.
-	got, err := queue.Claim(b.ctx, b.db.Pool, queue.ClaimParams{Queue: "mail", WorkerID: "w", Limit: 1, Lease: time.Minute})
+	got, err := store.Claim(b.ctx, b.db.Pool, store.ClaimParams{Queue: "mail", WorkerID: "w", Limit: 1, Lease: time.Minute})
 	if err != nil || len(got) != 0 {
 		t.Fatalf("claim from paused queue: %d jobs, err %v", len(got), err)
 	}
@@ -43,12 +44,12 @@ func TestWorkersAndStats(t *testing.T) {
 	if out := b.ok(t, "workers"); !strings.Contains(out, "no live workers") {
 		t.Errorf("workers on empty schema: %q", out)
 	}
-	if err := queue.RegisterWorker(b.ctx, b.db.Pool, "w-1", "host-a", 4242, []string{"default", "mail"}, []string{"echo"}); err != nil {
+	if err := store.RegisterWorker(b.ctx, b.db.Pool, "w-1", "host-a", 4242, []string{"default", "mail"}, []string{"echo"}); err != nil {
 		t.Fatal(err)
 	}
 	j := b.enqueue(t, "noop")
 	b.enqueue(t, "noop", "--queue", "mail")
-	if _, err := queue.Claim(b.ctx, b.db.Pool, queue.ClaimParams{Queue: "default", WorkerID: "w-1", Limit: 1, Lease: time.Minute}); err != nil {
+	if _, err := store.Claim(b.ctx, b.db.Pool, store.ClaimParams{Queue: "default", WorkerID: "w-1", Limit: 1, Lease: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	var ws []queue.WorkerInfo
@@ -60,7 +61,7 @@ func TestWorkersAndStats(t *testing.T) {
 		t.Errorf("workers table:\n%s", out)
 	}
 
-	if err := queue.RecordLeaseEvents(b.ctx, b.db.Pool, queue.EventStaleWriteRejected, "w-1", "test",
+	if err := store.RecordLeaseEvents(b.ctx, b.db.Pool, queue.EventStaleWriteRejected, "w-1", "test",
 		[]queue.Lease{{JobID: j.ID, Gen: 1}}); err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +119,7 @@ func TestOutboxListRetry(t *testing.T) {
 	id := strconv.FormatInt(res.ID, 10)
 	oneErrorLine(t, b.run(t, "outbox", "retry", id), "cannot retry outbox row")
 	// Its delivery job discarded, the row is orphaned: retry gives it a new delivery job.
-	if _, err := queue.CancelJob(b.ctx, b.db.Pool, res.DeliveryJobID, "test"); err != nil {
+	if _, err := store.CancelJob(b.ctx, b.db.Pool, res.DeliveryJobID, "test"); err != nil {
 		t.Fatal(err)
 	}
 	var after outbox.Row

@@ -9,6 +9,7 @@ import (
 
 	ucli "github.com/urfave/cli/v2"
 
+	"github.com/fenceq/fenceq"
 	"github.com/fenceq/fenceq/jobs/builtin"
 	"github.com/fenceq/fenceq/queue"
 )
@@ -62,13 +63,14 @@ func enqueue(c *ucli.Context) error {
 			return usageError{fmt.Errorf("invalid args for kind %s: %w", kind, err)}
 		}
 	}
-	p := queue.InsertParams{Kind: kind, Args: raw, Queue: c.String("queue"), Priority: new(c.Int("priority")),
-		MaxAttempts: c.Int("max-attempts"),
-		UniqueKey:   c.String("unique-key"), RunIn: c.Duration("in"), Tags: c.StringSlice("tag")}
-	if p.Queue == "" {
-		p.Queue = queue.DefaultQueue
+	args := fenceq.RawArgs{KindName: kind, JSON: raw}
+	opts := &fenceq.InsertOpts{Queue: c.String("queue"), Priority: new(c.Int("priority")),
+		MaxAttempts: c.Int("max-attempts"), UniqueKey: c.String("unique-key"), RunIn: c.Duration("in"),
+		Tags: c.StringSlice("tag")}
+	if opts.Queue == "" {
+		opts.Queue = queue.DefaultQueue
 		if known {
-			p.Queue = k.Queue
+			opts.Queue = k.Queue
 		}
 	}
 	if s := c.String("run-at"); s != "" {
@@ -79,7 +81,7 @@ func enqueue(c *ucli.Context) error {
 		if err != nil {
 			return usageError{fmt.Errorf("invalid --run-at %q: want RFC 3339 such as 2026-01-31T09:00:00Z", s)}
 		}
-		p.RunAt = t
+		opts.RunAt = t
 	}
 	if d := c.Duration("in"); d < 0 {
 		return usageError{fmt.Errorf("invalid --in %s: must not be negative", d)}
@@ -87,7 +89,7 @@ func enqueue(c *ucli.Context) error {
 	if c.Int("max-attempts") < 1 {
 		return usageError{fmt.Errorf("invalid --max-attempts %d: must be at least 1", c.Int("max-attempts"))}
 	}
-	if err := queue.ValidateInsert(p); err != nil { // queue, priority, unique key, tags
+	if err := fenceq.ValidateEnqueue(args, opts); err != nil { // queue, priority, unique key, tags
 		return usageError{err}
 	}
 	pool, err := openSchema(c, 2)
@@ -95,7 +97,7 @@ func enqueue(c *ucli.Context) error {
 		return err
 	}
 	defer pool.Close()
-	res, err := queue.Insert(c.Context, pool, p)
+	res, err := fenceq.Enqueue(c.Context, pool, args, opts)
 	if err != nil {
 		return err
 	}
@@ -104,7 +106,7 @@ func enqueue(c *ucli.Context) error {
 		j := res.Job
 		if res.Existing {
 			_, err := fmt.Fprintf(w, "job %d with unique key %q already exists (%s, queue %s): %s\n",
-				j.ID, p.UniqueKey, j.Kind, j.Queue, j.State)
+				j.ID, opts.UniqueKey, j.Kind, j.Queue, j.State)
 			return err
 		}
 		_, err := fmt.Fprintf(w, "enqueued job %d (%s, queue %s): %s, runs at %s\n",

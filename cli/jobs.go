@@ -11,6 +11,7 @@ import (
 
 	ucli "github.com/urfave/cli/v2"
 
+	"github.com/fenceq/fenceq"
 	"github.com/fenceq/fenceq/queue"
 )
 
@@ -36,14 +37,14 @@ func jobsCommand() *ucli.Command {
 			},
 			{Name: "show", Usage: "show one job, its errors and its lease events", ArgsUsage: "ID", Action: jobsShow},
 			{Name: "retry", Usage: "run a finished, retryable or scheduled job again now", ArgsUsage: "ID",
-				Action: jobsAdmin("retry", queue.RetryJob)},
+				Action: jobsAdmin("retry", fenceq.RetryJob)},
 			{Name: "cancel", Usage: "cancel an unfinished job (a running job's lease is revoked)", ArgsUsage: "ID",
 				Action: jobsAdmin("cancel", func(ctx context.Context, db queue.DBTX, id int64) (*queue.JobRow, error) {
-					return queue.CancelJob(ctx, db, id, "")
+					return fenceq.CancelJob(ctx, db, id, "")
 				})},
 			{Name: "requeue", Usage: "force a job of any state back to available; a running job's lease is revoked " +
 				"(its generation bumped) so its holder can write nothing more", ArgsUsage: "ID",
-				Action: jobsAdmin("requeue", queue.RequeueJob)},
+				Action: jobsAdmin("requeue", fenceq.RequeueJob)},
 		},
 	}
 }
@@ -118,12 +119,13 @@ func jobsList(c *ucli.Context) error {
 		return err
 	}
 	defer pool.Close()
-	jobs, err := queue.ListJobs(c.Context, pool, queue.ListParams{State: st, Queue: c.String("queue"),
+	page, err := fenceq.ListJobs(c.Context, pool, queue.ListParams{State: st, Queue: c.String("queue"),
 		Kind: c.String("kind"), Tag: c.String("tag"), UnknownKinds: c.Bool("unknown-kinds"),
 		LiveWithin: c.Duration("live-within"), Limit: limit})
 	if err != nil {
 		return err
 	}
+	jobs := page.Jobs
 	if jobs == nil {
 		jobs = []*queue.JobRow{}
 	}
@@ -157,11 +159,11 @@ func jobsShow(c *ucli.Context) error {
 		return err
 	}
 	defer pool.Close()
-	j, err := queue.GetJob(c.Context, pool, id)
+	j, err := fenceq.GetJob(c.Context, pool, id)
 	if err != nil {
 		return jobError("show", id, err)
 	}
-	events, err := queue.ListLeaseEvents(c.Context, pool, id, 50)
+	events, err := fenceq.ListLeaseEvents(c.Context, pool, id, 50)
 	if err != nil {
 		return err
 	}
@@ -263,7 +265,7 @@ func jobsAdmin(op string, fn adminFunc) ucli.ActionFunc {
 			return err
 		}
 		defer pool.Close()
-		before, err := queue.GetJob(c.Context, pool, id)
+		before, err := fenceq.GetJob(c.Context, pool, id)
 		if err != nil {
 			return jobError(op, id, err)
 		}

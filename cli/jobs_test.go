@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fenceq/fenceq/internal/store"
 	"github.com/fenceq/fenceq/queue"
 )
 
@@ -154,32 +155,32 @@ func TestJobsRequeueRunning(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	j := b.enqueue(t, "noop")
-	claimed, err := queue.Claim(b.ctx, b.db.Pool, queue.ClaimParams{Queue: "default", WorkerID: "w-old",
+	claimed, err := store.Claim(b.ctx, b.db.Pool, store.ClaimParams{Queue: "default", WorkerID: "w-old",
 		Limit: 1, Lease: time.Minute})
 	if err != nil || len(claimed) != 1 {
 		t.Fatalf("claim: %v %v", claimed, err)
 	}
-	old := queue.LeaseOf(claimed[0])
+	old := store.LeaseOf(claimed[0])
 
 	out := b.ok(t, "jobs", "requeue", strconv.FormatInt(j.ID, 10))
 	if !strings.Contains(out, "lease of w-old revoked") {
 		t.Errorf("requeue output %q", out)
 	}
-	row, err := queue.GetJob(b.ctx, b.db.Pool, j.ID)
+	row, err := store.GetJob(b.ctx, b.db.Pool, j.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if row.State != queue.StateAvailable || row.LeaseGen != old.Gen+1 {
 		t.Fatalf("after requeue: state %s gen %d, want available gen %d", row.State, row.LeaseGen, old.Gen+1)
 	}
-	events, err := queue.ListLeaseEvents(b.ctx, b.db.Pool, j.ID, 10)
+	events, err := store.ListLeaseEvents(b.ctx, b.db.Pool, j.ID, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(events) != 1 || events[0].Kind != queue.EventRevoked || events[0].LeaseGen != old.Gen {
 		t.Fatalf("lease events: %+v, want one revoked at gen %d", events, old.Gen)
 	}
-	if err := queue.Complete(b.ctx, b.db.Pool, old); !errors.Is(err, queue.ErrLeaseLost) {
+	if err := store.Complete(b.ctx, b.db.Pool, old); !errors.Is(err, queue.ErrLeaseLost) {
 		t.Fatalf("old holder's completion: %v, want ErrLeaseLost", err)
 	}
 	show := b.ok(t, "jobs", "show", strconv.FormatInt(j.ID, 10))
@@ -249,7 +250,7 @@ func TestJobsListTagAndUnknownKinds(t *testing.T) {
 	oneErrorLine(t, b.run(t, "jobs", "list", "--tag", "no spaces"), `invalid --tag: "no spaces"`)
 	oneErrorLine(t, b.run(t, "enqueue", "noop", "--tag", "-x"), "invalid tags")
 
-	if err := queue.RegisterWorker(b.ctx, b.db.Pool, "w", "h", 1, []string{"default"}, []string{"noop"}); err != nil {
+	if err := store.RegisterWorker(b.ctx, b.db.Pool, "w", "h", 1, []string{"default"}, []string{"noop"}); err != nil {
 		t.Fatal(err)
 	}
 	b.okJSON(t, &got, "jobs", "list", "--unknown-kinds")
@@ -277,11 +278,11 @@ func TestJobsShowOutput(t *testing.T) {
 	if out := b.ok(t, "jobs", "show", id); !strings.Contains(out, "output:") || !strings.Contains(out, "-") {
 		t.Errorf("show before completion lacks an empty output line:\n%s", out)
 	}
-	claimed, err := queue.Claim(b.ctx, b.db.Pool, queue.ClaimParams{Queue: "default", WorkerID: "w", Limit: 1, Lease: time.Minute})
+	claimed, err := store.Claim(b.ctx, b.db.Pool, store.ClaimParams{Queue: "default", WorkerID: "w", Limit: 1, Lease: time.Minute})
 	if err != nil || len(claimed) != 1 {
 		t.Fatalf("claim: %d jobs, %v", len(claimed), err)
 	}
-	if err := queue.CompleteWithOutput(b.ctx, b.db.Pool, queue.LeaseOf(claimed[0]), []byte(`{"invoice_id": 42}`)); err != nil {
+	if err := store.CompleteWithOutput(b.ctx, b.db.Pool, store.LeaseOf(claimed[0]), []byte(`{"invoice_id": 42}`)); err != nil {
 		t.Fatal(err)
 	}
 	out := b.ok(t, "jobs", "show", id)

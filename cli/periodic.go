@@ -117,7 +117,7 @@ func periodicAdd(c *ucli.Context) error {
 			return usageError{fmt.Errorf("--args: invalid args for kind %s: %w", kind, err)}
 		}
 	}
-	p := fenceq.PeriodicParams{Name: name, Spec: c.String("schedule"), Timezone: c.String("timezone"), Kind: kind,
+	p := queue.PeriodicParams{Name: name, Spec: c.String("schedule"), Timezone: c.String("timezone"), Kind: kind,
 		Args: raw, Queue: c.String("queue"), Priority: new(c.Int("priority")), MaxAttempts: c.Int("max-attempts"),
 		Missed: queue.MissedPolicy(c.String("missed")), RunOnStart: c.Bool("run-on-start"), Source: queue.SourceCLI}
 	if p.Queue == "" && known {
@@ -200,7 +200,7 @@ func periodicRemove(c *ucli.Context) error {
 		return err
 	}
 	defer pool.Close()
-	r, err := queue.RemovePeriodic(c.Context, pool, name)
+	r, err := fenceq.RemovePeriodic(c.Context, pool, name)
 	if err != nil {
 		return periodicError(name, err)
 	}
@@ -225,7 +225,11 @@ func periodicPause(paused bool) ucli.ActionFunc {
 			return err
 		}
 		defer pool.Close()
-		r, err := queue.SetPeriodicPaused(c.Context, pool, name, paused)
+		setPaused := fenceq.ResumePeriodic
+		if paused {
+			setPaused = fenceq.PausePeriodic
+		}
+		r, err := setPaused(c.Context, pool, name)
 		if err != nil {
 			return periodicError(name, err)
 		}
@@ -258,7 +262,7 @@ func periodicTrigger(c *ucli.Context) error {
 		return err
 	}
 	defer pool.Close()
-	j, err := queue.TriggerPeriodic(c.Context, pool, name)
+	j, err := fenceq.TriggerPeriodic(c.Context, pool, name)
 	if err != nil {
 		return periodicError(name, err)
 	}

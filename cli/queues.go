@@ -8,6 +8,7 @@ import (
 
 	ucli "github.com/urfave/cli/v2"
 
+	"github.com/fenceq/fenceq"
 	"github.com/fenceq/fenceq/queue"
 )
 
@@ -34,7 +35,7 @@ func queuesList(c *ucli.Context) error {
 		return err
 	}
 	defer pool.Close()
-	qs, err := queue.ListQueues(c.Context, pool)
+	qs, err := fenceq.ListQueues(c.Context, pool)
 	if err != nil {
 		return err
 	}
@@ -88,7 +89,11 @@ func queuesPause(paused bool) ucli.ActionFunc {
 			return err
 		}
 		defer pool.Close()
-		if err := queue.SetQueuePaused(c.Context, pool, name, paused); err != nil {
+		setPaused := fenceq.ResumeQueue
+		if paused {
+			setPaused = fenceq.PauseQueue
+		}
+		if err := setPaused(c.Context, pool, name); err != nil {
 			return err
 		}
 		return output(c, pauseResult{Queue: name, Paused: paused}, func(w io.Writer) error {
@@ -119,7 +124,7 @@ func workersList(c *ucli.Context) error {
 		return err
 	}
 	defer pool.Close()
-	ws, err := queue.ListWorkers(c.Context, pool)
+	ws, err := fenceq.ListWorkers(c.Context, pool)
 	if err != nil {
 		return err
 	}

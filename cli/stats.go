@@ -9,6 +9,7 @@ import (
 
 	ucli "github.com/urfave/cli/v2"
 
+	"github.com/fenceq/fenceq"
 	"github.com/fenceq/fenceq/fenceqprom"
 	"github.com/fenceq/fenceq/outbox"
 	"github.com/fenceq/fenceq/queue"
@@ -52,21 +53,21 @@ func stats(c *ucli.Context) error {
 	defer pool.Close()
 	ctx := c.Context
 	rep := statsReport{Window: c.Duration("window").String()}
-	if rep.Queues, err = queue.ListQueues(ctx, pool); err != nil {
+	if rep.Queues, err = fenceq.ListQueues(ctx, pool); err != nil {
 		return err
 	}
 	if rep.Queues == nil {
 		rep.Queues = []queue.QueueInfo{}
 	}
-	if rep.LeaseEvents, err = queue.CountLeaseEvents(ctx, pool, c.Duration("window")); err != nil {
+	if rep.LeaseEvents, err = fenceq.CountLeaseEvents(ctx, pool, c.Duration("window")); err != nil {
 		return err
 	}
-	ws, err := queue.ListWorkers(ctx, pool)
+	ws, err := fenceq.ListWorkers(ctx, pool)
 	if err != nil {
 		return err
 	}
 	rep.Workers = len(ws)
-	if rep.UnknownKinds, err = queue.CountUnknownKinds(ctx, pool, 0); err != nil {
+	if rep.UnknownKinds, err = fenceq.CountUnknownKinds(ctx, pool, 0); err != nil {
 		return err
 	}
 	if rep.Snapshot, err = fenceqprom.TakeSnapshot(ctx, pool); err != nil {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fenceq/fenceq/fenceqtest"
+	"github.com/fenceq/fenceq/internal/store"
 	"github.com/fenceq/fenceq/internal/syncbuf"
 	"github.com/fenceq/fenceq/queue"
 )
@@ -95,7 +96,7 @@ func TestWorkerCommand(t *testing.T) {
 	}
 	// The revoked job is claimed again (attempt 2); then the worker is told to stop.
 	fenceqtest.WaitFor(t, "the requeued job to run again", 10*time.Second, func() bool {
-		j, err := queue.GetJob(b.ctx, b.db.Pool, sleeper.ID)
+		j, err := store.GetJob(b.ctx, b.db.Pool, sleeper.ID)
 		return err == nil && j.State == queue.StateRunning && j.Attempt == 2
 	})
 	cancel()
@@ -110,7 +111,7 @@ func TestWorkerCommand(t *testing.T) {
 	if !strings.Contains(stderr.String(), "worker shut down gracefully") {
 		t.Errorf("stderr lacks the graceful shutdown:\n%s", stderr.String())
 	}
-	j, err := queue.GetJob(b.ctx, b.db.Pool, sleeper.ID)
+	j, err := store.GetJob(b.ctx, b.db.Pool, sleeper.ID)
 	if err != nil {
 		t.Fatal(err)
 	}

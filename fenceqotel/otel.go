@@ -47,6 +47,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fenceq/fenceq"
+	"github.com/fenceq/fenceq/queue"
 )
 
 // ScopeName is the instrumentation scope of the spans.
@@ -184,7 +185,7 @@ type attemptKey struct{ t *Tracing }
 // Work is work middleware: it starts the attempt's consumer span, a child of the span
 // whose context the job's metadata carries, and hands it on in the context; the
 // JobFinished hook ends it.
-func (t *Tracing) Work(ctx context.Context, job *fenceq.JobRow, next func(context.Context) error) error {
+func (t *Tracing) Work(ctx context.Context, job *queue.JobRow, next func(context.Context) error) error {
 	parent := t.prop.Extract(ctx, carrierOf(job.Metadata))
 	ctx, span := t.tracer.Start(parent, "process "+job.Queue, trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(systemAttr, semconv.MessagingOperationTypeProcess, semconv.MessagingOperationName("work"),
@@ -211,7 +212,7 @@ func (t *Tracing) span(ctx context.Context) (trace.Span, bool) {
 
 // JobFinished implements fenceq.JobFinishedHook: it ends the attempt's span with its
 // outcome.
-func (t *Tracing) JobFinished(ctx context.Context, job *fenceq.JobRow, res fenceq.AttemptResult) {
+func (t *Tracing) JobFinished(ctx context.Context, job *queue.JobRow, res fenceq.AttemptResult) {
 	s, ok := t.span(ctx)
 	if !ok {
 		return
@@ -230,7 +231,7 @@ func (t *Tracing) JobFinished(ctx context.Context, job *fenceq.JobRow, res fence
 }
 
 // LeaseLost implements fenceq.LeaseLostHook: an EventLeaseLost on the attempt's span.
-func (t *Tracing) LeaseLost(ctx context.Context, job *fenceq.JobRow, holderAlive bool) {
+func (t *Tracing) LeaseLost(ctx context.Context, job *queue.JobRow, holderAlive bool) {
 	if s, ok := t.span(ctx); ok {
 		s.AddEvent(EventLeaseLost, trace.WithAttributes(AttrLeaseGen.Int64(job.LeaseGen), AttrHolderAlive.Bool(holderAlive)))
 	}
@@ -238,7 +239,7 @@ func (t *Tracing) LeaseLost(ctx context.Context, job *fenceq.JobRow, holderAlive
 
 // StaleWriteRejected implements fenceq.StaleWriteRejectedHook: an
 // EventStaleWriteRejected on the attempt's span.
-func (t *Tracing) StaleWriteRejected(ctx context.Context, job *fenceq.JobRow, op string) {
+func (t *Tracing) StaleWriteRejected(ctx context.Context, job *queue.JobRow, op string) {
 	if s, ok := t.span(ctx); ok {
 		s.AddEvent(EventStaleWriteRejected, trace.WithAttributes(AttrLeaseGen.Int64(job.LeaseGen), AttrWriteOp.String(op)))
 	}

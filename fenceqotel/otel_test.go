@@ -18,6 +18,7 @@ import (
 	"github.com/fenceq/fenceq"
 	"github.com/fenceq/fenceq/fenceqotel"
 	"github.com/fenceq/fenceq/fenceqtest"
+	"github.com/fenceq/fenceq/internal/store"
 	"github.com/fenceq/fenceq/outbox"
 	"github.com/fenceq/fenceq/queue"
 )
@@ -195,7 +196,7 @@ func TestTraceSpansEnqueueWorkAndOutboxDelivery(t *testing.T) {
 		}
 	}
 	// The attempt's span ends once its outcome is written, not when its handler returns.
-	j, err := queue.GetJob(b.ctx, b.db.Pool, res.Job.ID)
+	j, err := store.GetJob(b.ctx, b.db.Pool, res.Job.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +217,7 @@ func (stallArgs) Kind() string { return "stall" }
 // lostSignal is a hook that signals each lease a heartbeat found lost.
 type lostSignal chan int64
 
-func (s lostSignal) LeaseLost(_ context.Context, job *fenceq.JobRow, _ bool) { s <- job.ID }
+func (s lostSignal) LeaseLost(_ context.Context, job *queue.JobRow, _ bool) { s <- job.ID }
 
 // A lease revoked under a running attempt and the commit the fence then rejected are
 // events of the attempt's span, which ends as lease_lost with an error status.
@@ -244,10 +245,10 @@ func TestAttemptSpanRecordsLostLeaseAndRejectedWrite(t *testing.T) {
 		t.Fatal("the job never started")
 	}
 	// Revoke the lease as an operator would; the paused queue keeps it from running again.
-	if err := queue.SetQueuePaused(b.ctx, b.db.Pool, queue.DefaultQueue, true); err != nil {
+	if err := store.SetQueuePaused(b.ctx, b.db.Pool, queue.DefaultQueue, true); err != nil {
 		t.Fatal(err)
 	}
-	if j, err := queue.RequeueJob(b.ctx, b.db.Pool, id); err != nil || j.LeaseGen != 2 {
+	if j, err := store.RequeueJob(b.ctx, b.db.Pool, id); err != nil || j.LeaseGen != 2 {
 		t.Fatalf("requeue: %+v, %v; want the lease revoked (gen 2)", j, err)
 	}
 	select {
@@ -269,7 +270,7 @@ func TestAttemptSpanRecordsLostLeaseAndRejectedWrite(t *testing.T) {
 	wantSpan(t, s, trace.SpanKindConsumer, spans["send default"].SpanContext, map[string]any{
 		"fenceq.job.kind": "stall", "fenceq.lease.generation": int64(1), "fenceq.job.outcome": "lease_lost",
 	})
-	if s.Status.Code != codes.Error || !strings.Contains(s.Status.Description, fenceq.ErrLeaseLost.Error()) {
+	if s.Status.Code != codes.Error || !strings.Contains(s.Status.Description, queue.ErrLeaseLost.Error()) {
 		t.Errorf("status %+v, want an error saying the lease was lost", s.Status)
 	}
 	if len(s.Events) != 2 {

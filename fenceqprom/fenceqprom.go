@@ -189,12 +189,12 @@ func describe(c prometheus.Collector) string {
 }
 
 // JobStarted implements fenceq.JobStartedHook: it counts the claim.
-func (m *Metrics) JobStarted(_ context.Context, job *fenceq.JobRow) {
+func (m *Metrics) JobStarted(_ context.Context, job *queue.JobRow) {
 	m.jobsClaimed.WithLabelValues(job.Queue, job.Kind).Inc()
 }
 
 // JobFinished implements fenceq.JobFinishedHook.
-func (m *Metrics) JobFinished(_ context.Context, job *fenceq.JobRow, res fenceq.AttemptResult) {
+func (m *Metrics) JobFinished(_ context.Context, job *queue.JobRow, res fenceq.AttemptResult) {
 	m.jobsFinished.WithLabelValues(job.Queue, job.Kind, string(res.Outcome)).Inc()
 	m.jobDuration.WithLabelValues(job.Queue, job.Kind).Observe(res.Duration.Seconds())
 }
@@ -210,7 +210,7 @@ func (m *Metrics) LeaseRevoked(_ context.Context, r queue.Revocation) {
 // LeaseLost implements fenceq.LeaseLostHook. holderAlive is true only when the holder
 // recorded the expired_holder_alive event itself (the reaper had not), so the two
 // hooks never count one lease twice.
-func (m *Metrics) LeaseLost(_ context.Context, _ *fenceq.JobRow, holderAlive bool) {
+func (m *Metrics) LeaseLost(_ context.Context, _ *queue.JobRow, holderAlive bool) {
 	m.leasesLost.Inc()
 	if holderAlive {
 		m.expiredHolderAlive.WithLabelValues(seenByHolder).Inc()
@@ -218,7 +218,7 @@ func (m *Metrics) LeaseLost(_ context.Context, _ *fenceq.JobRow, holderAlive boo
 }
 
 // StaleWriteRejected implements fenceq.StaleWriteRejectedHook.
-func (m *Metrics) StaleWriteRejected(_ context.Context, _ *fenceq.JobRow, op string) {
+func (m *Metrics) StaleWriteRejected(_ context.Context, _ *queue.JobRow, op string) {
 	m.staleWrites.WithLabelValues(op).Inc()
 }
 

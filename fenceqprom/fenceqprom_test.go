@@ -16,6 +16,7 @@ import (
 	"github.com/fenceq/fenceq"
 	"github.com/fenceq/fenceq/fenceqprom"
 	"github.com/fenceq/fenceq/fenceqtest"
+	"github.com/fenceq/fenceq/internal/store"
 	"github.com/fenceq/fenceq/outbox"
 	"github.com/fenceq/fenceq/queue"
 )
@@ -59,12 +60,12 @@ func TestHookCounts(t *testing.T) {
 	t.Parallel()
 	m, reg := newMetrics(t)
 	ctx := context.Background()
-	l := fenceq.Lease{JobID: 1, Gen: 2, Holder: "w1"}
-	job := &fenceq.JobRow{ID: 1, LeaseGen: 2, Queue: "billing", Kind: "invoice"}
+	l := queue.Lease{JobID: 1, Gen: 2, Holder: "w1"}
+	job := &queue.JobRow{ID: 1, LeaseGen: 2, Queue: "billing", Kind: "invoice"}
 	m.JobStarted(ctx, job)
 	m.JobStarted(ctx, job)
 	m.JobFinished(ctx, job, fenceq.AttemptResult{Outcome: fenceq.OutcomeCompleted, Duration: 1500 * time.Millisecond})
-	m.JobFinished(ctx, job, fenceq.AttemptResult{Outcome: fenceq.OutcomeLeaseLost, Err: fenceq.ErrLeaseLost, Duration: 3 * time.Second})
+	m.JobFinished(ctx, job, fenceq.AttemptResult{Outcome: fenceq.OutcomeLeaseLost, Err: queue.ErrLeaseLost, Duration: 3 * time.Second})
 	m.LeaseRevoked(ctx, queue.Revocation{Lease: l, Queue: "billing", Kind: "invoice", HolderAlive: true})
 	m.LeaseRevoked(ctx, queue.Revocation{Lease: l, Queue: "billing", Kind: "invoice"})
 	m.LeaseLost(ctx, job, false)
@@ -132,7 +133,7 @@ func TestNewRegistration(t *testing.T) {
 	if _, err := fenceqprom.New(reg); err == nil || !strings.Contains(err.Error(), "fenceq_jobs_claimed_total") {
 		t.Fatalf("second New: %v, want an error naming fenceq_jobs_claimed_total", err)
 	}
-	m.JobStarted(context.Background(), &fenceq.JobRow{Queue: "q", Kind: "k"})
+	m.JobStarted(context.Background(), &queue.JobRow{Queue: "q", Kind: "k"})
 	wantLines(t, scrape(t, reg), `fenceq_jobs_claimed_total{kind="k",queue="q"} 1`)
 	if _, err := fenceqprom.New(nil); err == nil || !strings.Contains(err.Error(), "registerer is nil") {
 		t.Fatalf("New(nil): %v", err)
@@ -177,22 +178,22 @@ func TestDBCollector(t *testing.T) {
 	db := fenceqtest.New(t, nil)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	for i := 0; i < 3; i++ {
-		if _, err := queue.Insert(ctx, db.Pool, queue.InsertParams{Kind: "noop", Queue: "mail"}); err != nil {
+		if _, err := store.Insert(ctx, db.Pool, store.InsertParams{Kind: "noop", Queue: "mail"}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := queue.Insert(ctx, db.Pool, queue.InsertParams{Kind: "noop", Queue: "mail", RunIn: time.Hour}); err != nil {
+	if _, err := store.Insert(ctx, db.Pool, store.InsertParams{Kind: "noop", Queue: "mail", RunIn: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	// A finished job is not queue depth.
-	done, err := queue.Insert(ctx, db.Pool, queue.InsertParams{Kind: "noop", Queue: "done"})
+	done, err := store.Insert(ctx, db.Pool, store.InsertParams{Kind: "noop", Queue: "done"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := queue.CancelJob(ctx, db.Pool, done.Job.ID, "test"); err != nil {
+	if _, err := store.CancelJob(ctx, db.Pool, done.Job.ID, "test"); err != nil {
 		t.Fatal(err)
 	}
-	if err := queue.SetQueuePaused(ctx, db.Pool, "idle", true); err != nil {
+	if err := store.SetQueuePaused(ctx, db.Pool, "idle", true); err != nil {
 		t.Fatal(err)
 	}
 	// A pending outbox row written a minute ago, and one delivered.

@@ -99,7 +99,7 @@ func TakeSnapshot(ctx context.Context, db queue.DBTX) (*Snapshot, error) {
 		}
 		s.OutboxOldestPendingAge = seconds(age)
 	}
-	act, err := queue.ReadActivity(ctx, db)
+	act, err := fenceq.ReadActivity(ctx, db)
 	if err != nil {
 		return nil, fmt.Errorf("snapshot: %w", err)
 	}

@@ -16,7 +16,7 @@ import (
 // InsertedJob is an unfinished job found by RequireInserted and its kin: its row and
 // its decoded arguments.
 type InsertedJob[T fenceq.JobArgs] struct {
-	*fenceq.JobRow
+	*queue.JobRow
 	// Args are the job's arguments, decoded from JobRow.EncodedArgs.
 	Args T
 }
@@ -37,7 +37,7 @@ type RequireInsertedOpts struct {
 // of the kind), with its arguments decoded. It fails the test, saying what it found,
 // when there is none or more than one. db is a pool, a connection or a transaction:
 // pass the transaction that enqueued the job to see it before it commits.
-func RequireInserted[T fenceq.JobArgs](ctx context.Context, t testing.TB, db fenceq.DBTX, opts *RequireInsertedOpts) *InsertedJob[T] {
+func RequireInserted[T fenceq.JobArgs](ctx context.Context, t testing.TB, db queue.DBTX, opts *RequireInsertedOpts) *InsertedJob[T] {
 	t.Helper()
 	return requireN[T](ctx, t, "RequireInserted", db, 1, opts)[0]
 }
@@ -52,7 +52,7 @@ func RequireInsertedTx[T fenceq.JobArgs](ctx context.Context, t testing.TB, tx p
 // RequireManyInserted returns the n unfinished jobs of kind T.Kind() that db sees,
 // matching opts, in the order they were enqueued. It fails the test when their number
 // is not n.
-func RequireManyInserted[T fenceq.JobArgs](ctx context.Context, t testing.TB, db fenceq.DBTX, n int, opts *RequireInsertedOpts) []*InsertedJob[T] {
+func RequireManyInserted[T fenceq.JobArgs](ctx context.Context, t testing.TB, db queue.DBTX, n int, opts *RequireInsertedOpts) []*InsertedJob[T] {
 	t.Helper()
 	if n < 1 {
 		t.Fatalf("fenceqtest: RequireManyInserted: n is %d: want at least 1 (RequireNotInserted checks for none)", n)
@@ -62,14 +62,14 @@ func RequireManyInserted[T fenceq.JobArgs](ctx context.Context, t testing.TB, db
 
 // RequireNotInserted fails the test when db sees an unfinished job of kind T.Kind()
 // matching opts.
-func RequireNotInserted[T fenceq.JobArgs](ctx context.Context, t testing.TB, db fenceq.DBTX, opts *RequireInsertedOpts) {
+func RequireNotInserted[T fenceq.JobArgs](ctx context.Context, t testing.TB, db queue.DBTX, opts *RequireInsertedOpts) {
 	t.Helper()
 	requireN[T](ctx, t, "RequireNotInserted", db, 0, opts)
 }
 
 // requireN returns the unfinished jobs of T's kind that match opts, failing the test
 // unless there are exactly n.
-func requireN[T fenceq.JobArgs](ctx context.Context, t testing.TB, fn string, db fenceq.DBTX, n int, opts *RequireInsertedOpts) []*InsertedJob[T] {
+func requireN[T fenceq.JobArgs](ctx context.Context, t testing.TB, fn string, db queue.DBTX, n int, opts *RequireInsertedOpts) []*InsertedJob[T] {
 	t.Helper()
 	var zero T
 	kind := zero.Kind()
@@ -127,7 +127,7 @@ func requireN[T fenceq.JobArgs](ctx context.Context, t testing.TB, fn string, db
 }
 
 // mismatch says how j differs from what o asks for, "" when it matches.
-func (o RequireInsertedOpts) mismatch(j *fenceq.JobRow) string {
+func (o RequireInsertedOpts) mismatch(j *queue.JobRow) string {
 	var diffs []string
 	if o.Queue != "" && j.Queue != o.Queue {
 		diffs = append(diffs, fmt.Sprintf("is in queue %q", j.Queue))
@@ -167,7 +167,7 @@ const sqlUnfinishedOfKind = `SELECT id FROM fenceq_jobs WHERE kind = $1 AND stat
 // sqlUnfinishedKinds counts the unfinished jobs ($1 the unfinished states) by kind.
 const sqlUnfinishedKinds = `SELECT kind, count(*) FROM fenceq_jobs WHERE state = ANY($1) GROUP BY kind ORDER BY kind`
 
-func unfinishedOfKind(ctx context.Context, db fenceq.DBTX, kind string) ([]*fenceq.JobRow, error) {
+func unfinishedOfKind(ctx context.Context, db queue.DBTX, kind string) ([]*queue.JobRow, error) {
 	rows, err := db.Query(ctx, sqlUnfinishedOfKind, kind, queue.UnfinishedStates())
 	if err != nil {
 		return nil, fmt.Errorf("list unfinished %s jobs: %w", kind, err)
@@ -176,16 +176,16 @@ func unfinishedOfKind(ctx context.Context, db fenceq.DBTX, kind string) ([]*fenc
 	if err != nil {
 		return nil, fmt.Errorf("list unfinished %s jobs: %w", kind, err)
 	}
-	jobs := make([]*fenceq.JobRow, len(ids))
+	jobs := make([]*queue.JobRow, len(ids))
 	for i, id := range ids {
-		if jobs[i], err = queue.GetJob(ctx, db, id); err != nil {
+		if jobs[i], err = fenceq.GetJob(ctx, db, id); err != nil {
 			return nil, err
 		}
 	}
 	return jobs, nil
 }
 
-func unfinishedKinds(ctx context.Context, db fenceq.DBTX) (string, error) {
+func unfinishedKinds(ctx context.Context, db queue.DBTX) (string, error) {
 	rows, err := db.Query(ctx, sqlUnfinishedKinds, queue.UnfinishedStates())
 	if err != nil {
 		return "", fmt.Errorf("count unfinished jobs by kind: %w", err)

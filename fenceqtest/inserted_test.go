@@ -8,6 +8,7 @@ import (
 
 	"github.com/fenceq/fenceq"
 	"github.com/fenceq/fenceq/fenceqtest"
+	"github.com/fenceq/fenceq/queue"
 )
 
 type otherArgs struct{}
@@ -35,7 +36,7 @@ func TestRequireInsertedTx(t *testing.T) {
 	}
 
 	job := fenceqtest.RequireInsertedTx[GreetArgs](ctx, t, tx, nil)
-	if job.ID != res.Job.ID || job.Args.Name != "ada" || job.Queue != "mail" || job.State != fenceq.StateAvailable {
+	if job.ID != res.Job.ID || job.Args.Name != "ada" || job.Queue != "mail" || job.State != queue.StateAvailable {
 		t.Fatalf("found %+v with args %+v, want job %d for ada in mail", job.JobRow, job.Args, res.Job.ID)
 	}
 	fenceqtest.RequireInsertedTx[GreetArgs](ctx, t, tx, &fenceqtest.RequireInsertedOpts{Queue: "mail", Priority: new(3), UniqueKey: "greet:ada"})

@@ -15,6 +15,7 @@ import (
 
 	"github.com/fenceq/fenceq/internal/connstr"
 	"github.com/fenceq/fenceq/internal/pgcluster"
+	"github.com/fenceq/fenceq/internal/store"
 	"github.com/fenceq/fenceq/migrations"
 	"github.com/fenceq/fenceq/queue"
 )
@@ -67,15 +68,15 @@ func TestResolveStartsThrowawayCluster(t *testing.T) {
 	if err := migrations.UpAll(ctx, pool, migrations.Core()); err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
-	res, err := queue.Insert(ctx, pool, queue.InsertParams{Kind: "noop"})
+	res, err := store.Insert(ctx, pool, store.InsertParams{Kind: "noop"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	claimed, err := queue.Claim(ctx, pool, queue.ClaimParams{Queue: queue.DefaultQueue, WorkerID: "w", Limit: 10, Lease: time.Minute})
+	claimed, err := store.Claim(ctx, pool, store.ClaimParams{Queue: queue.DefaultQueue, WorkerID: "w", Limit: 10, Lease: time.Minute})
 	if err != nil || len(claimed) != 1 || claimed[0].ID != res.Job.ID || claimed[0].LeaseGen != 1 {
 		t.Fatalf("claim on the throwaway cluster: %+v %v, want job %d at generation 1", claimed, err, res.Job.ID)
 	}
-	if err := queue.Complete(ctx, pool, queue.LeaseOf(claimed[0])); err != nil {
+	if err := store.Complete(ctx, pool, store.LeaseOf(claimed[0])); err != nil {
 		t.Fatalf("complete: %v", err)
 	}
 	var maxConns string

@@ -35,7 +35,7 @@ func WaitFor(t testing.TB, what string, within time.Duration, cond func() bool) 
 // PollEvery, and returns its row then. It fails the test when the job cannot be read,
 // or is still in another state after within; the failure says which, with the job's
 // attempt errors.
-func WaitState(t testing.TB, db fenceq.DBTX, jobID int64, want fenceq.State, within time.Duration) *fenceq.JobRow {
+func WaitState(t testing.TB, db queue.DBTX, jobID int64, want queue.State, within time.Duration) *queue.JobRow {
 	t.Helper()
 	if !want.Valid() {
 		t.Fatalf("fenceqtest: WaitState: %q is not a job state (want one of %v)", want, queue.JobStates())
@@ -43,7 +43,7 @@ func WaitState(t testing.TB, db fenceq.DBTX, jobID int64, want fenceq.State, wit
 	deadline := time.Now().Add(within)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		j, err := queue.GetJob(ctx, db, jobID)
+		j, err := fenceq.GetJob(ctx, db, jobID)
 		cancel()
 		if err != nil {
 			t.Fatalf("fenceqtest: WaitState: %v", err)
@@ -60,7 +60,7 @@ func WaitState(t testing.TB, db fenceq.DBTX, jobID int64, want fenceq.State, wit
 }
 
 // attemptErrors renders a job's attempt errors for a failure message.
-func attemptErrors(j *fenceq.JobRow) string {
+func attemptErrors(j *queue.JobRow) string {
 	if len(j.Errors) == 0 {
 		return "none"
 	}

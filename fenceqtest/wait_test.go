@@ -10,6 +10,7 @@ import (
 
 	"github.com/fenceq/fenceq"
 	"github.com/fenceq/fenceq/fenceqtest"
+	"github.com/fenceq/fenceq/internal/store"
 	"github.com/fenceq/fenceq/migrations"
 	"github.com/fenceq/fenceq/queue"
 )
@@ -59,16 +60,16 @@ func TestStartWorkerAndWaitState(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		row := fenceqtest.WaitState(t, db.Pool, res.Job.ID, fenceq.StateCompleted, 10*time.Second)
-		if row.State != fenceq.StateCompleted || row.LeasedBy == nil || *row.LeasedBy != workerID {
+		row := fenceqtest.WaitState(t, db.Pool, res.Job.ID, queue.StateCompleted, 10*time.Second)
+		if row.State != queue.StateCompleted || row.LeasedBy == nil || *row.LeasedBy != workerID {
 			t.Fatalf("row %+v: want completed by %s", row, workerID)
 		}
-		workers, err := queue.ListWorkers(ctx, db.Pool)
+		workers, err := store.ListWorkers(ctx, db.Pool)
 		if err != nil || len(workers) != 1 {
 			t.Fatalf("workers while running: %+v %v, want the one", workers, err)
 		}
 	})
-	workers, err := queue.ListWorkers(ctx, db.Pool)
+	workers, err := store.ListWorkers(ctx, db.Pool)
 	if err != nil || len(workers) != 0 {
 		t.Fatalf("workers after the test: %+v %v, want none: StartWorker's cleanup stops it", workers, err)
 	}
@@ -83,12 +84,12 @@ func TestWaitStateFailures(t *testing.T) {
 		t.Fatal(err)
 	}
 	msg := mustFail(t, func(tb testing.TB) {
-		fenceqtest.WaitState(tb, db.Pool, res.Job.ID, fenceq.StateCompleted, 100*time.Millisecond)
+		fenceqtest.WaitState(tb, db.Pool, res.Job.ID, queue.StateCompleted, 100*time.Millisecond)
 	})
 	if !strings.Contains(msg, "is available after 100ms, want completed") {
 		t.Fatalf("failure %q should give the state found and the one wanted", msg)
 	}
-	msg = mustFail(t, func(tb testing.TB) { fenceqtest.WaitState(tb, db.Pool, 987654, fenceq.StateCompleted, time.Second) })
+	msg = mustFail(t, func(tb testing.TB) { fenceqtest.WaitState(tb, db.Pool, 987654, queue.StateCompleted, time.Second) })
 	if !strings.Contains(msg, "job 987654") || !strings.Contains(msg, "not found") {
 		t.Fatalf("failure %q should say the job does not exist", msg)
 	}

@@ -9,7 +9,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fenceq/fenceq"
-	"github.com/fenceq/fenceq/internal/testhooks"
 	"github.com/fenceq/fenceq/queue"
 )
 
@@ -20,7 +19,7 @@ import (
 // The job must be due now: a RunAt or RunIn in the future, or a unique key that matches
 // an unfinished job, fails the test.
 func Work(ctx context.Context, t testing.TB, pool *pgxpool.Pool, cfg fenceq.Config, args fenceq.JobArgs,
-	opts *fenceq.InsertOpts) (*fenceq.JobRow, error) {
+	opts *fenceq.InsertOpts) (*queue.JobRow, error) {
 	t.Helper()
 	if args == nil {
 		t.Fatal("fenceqtest: Work: args is nil")
@@ -39,8 +38,9 @@ func Work(ctx context.Context, t testing.TB, pool *pgxpool.Pool, cfg fenceq.Conf
 }
 
 // WorkJob runs one enqueued, available job at once, on the calling goroutine, the way
-// a worker with cfg runs it: it claims the job with queue.Claim (a real lease: the
-// generation grows, leased_by is the worker's ID), runs the handler cfg.Handlers
+// a worker with cfg runs it (fenceq.Worker.RunJob): it claims the job with the worker's
+// own claim (a real lease: the generation grows, leased_by is the worker's ID), runs the
+// handler cfg.Handlers
 // registers for its kind under that lease (Job.Commit and Job.WithLease are fenced, the
 // lease is heartbeated while the handler runs, its context is cancelled as a worker's
 // would be), and writes the outcome with the worker's own fenced writes: completion
@@ -51,9 +51,9 @@ func Work(ctx context.Context, t testing.TB, pool *pgxpool.Pool, cfg fenceq.Conf
 // It returns the job's row after the outcome was written, and the error the handler
 // returned (nil on success; a *fenceq.PanicError when it panicked). The test fails,
 // before anything runs, when the job does not exist, is not available (scheduled,
-// running, finished: make one available with queue.RetryJob), its queue is paused, or
+// running, finished: make one available with fenceq.RetryJob), its queue is paused, or
 // cfg registers no handler for its kind.
-func WorkJob(ctx context.Context, t testing.TB, pool *pgxpool.Pool, cfg fenceq.Config, jobID int64) (*fenceq.JobRow, error) {
+func WorkJob(ctx context.Context, t testing.TB, pool *pgxpool.Pool, cfg fenceq.Config, jobID int64) (*queue.JobRow, error) {
 	t.Helper()
 	if cfg.Handlers == nil {
 		t.Fatalf("fenceqtest: WorkJob: cfg.Handlers is nil: register the job's handler with fenceq.AddHandler")
@@ -72,27 +72,22 @@ func newWorker(t testing.TB, fn string, pool *pgxpool.Pool, cfg fenceq.Config) *
 	return w
 }
 
-func workJob(ctx context.Context, t testing.TB, fn string, pool *pgxpool.Pool, w *fenceq.Worker, jobID int64) (*fenceq.JobRow, error) {
+func workJob(ctx context.Context, t testing.TB, fn string, pool *pgxpool.Pool, w *fenceq.Worker, jobID int64) (*queue.JobRow, error) {
 	t.Helper()
-	job, err := queue.GetJob(ctx, pool, jobID)
+	job, err := fenceq.GetJob(ctx, pool, jobID)
 	if err != nil {
 		t.Fatalf("fenceqtest: %s: %v", fn, err)
 	}
 	requireHandler(t, fn, w.Config(), job.Kind)
-	if job.State != fenceq.StateAvailable {
+	if job.State != queue.StateAvailable {
 		t.Fatalf("fenceqtest: %s: job %d (%s) is %s, not available (run at %s): only a job that is due now "+
-			"can be worked; queue.RetryJob makes one available", fn, job.ID, job.Kind, job.State, job.RunAt.Format(time.RFC3339Nano))
+			"can be worked; fenceq.RetryJob makes one available", fn, job.ID, job.Kind, job.State, job.RunAt.Format(time.RFC3339Nano))
 	}
-	claimed, sent := claimOne(ctx, t, pool, w, job)
-	handlerErr, err := testhooks.RunClaimed(ctx, w, claimed, sent)
+	res, err := w.RunJob(ctx, jobID)
 	if err != nil {
 		t.Fatalf("fenceqtest: %s: %v", fn, err)
 	}
-	after, err := queue.GetJob(ctx, pool, jobID)
-	if err != nil {
-		t.Fatalf("fenceqtest: %s: read the job after its attempt: %v", fn, err)
-	}
-	return after, handlerErr
+	return res.Job, res.HandlerErr
 }
 
 // requireHandler fails the test unless cfg registers a handler for kind.
@@ -106,33 +101,4 @@ func requireHandler(t testing.TB, fn string, cfg fenceq.Config, kind string) {
 		slices.Sort(kinds)
 		t.Fatalf("fenceqtest: %s: no handler for kind %q in cfg.Handlers (registered: %v)", fn, kind, kinds)
 	}
-}
-
-// claimOne claims job, and only it, with the worker's own claim: from the job's queue,
-// one job, starting just before the job's position in claim order (priority, run_at,
-// id), so that no job of the queue ahead of it is taken instead. The claim runs in a
-// transaction that commits only if it took this job. It returns the claimed row and the
-// monotonic time the claim was sent, from which the worker's local lease deadline runs.
-func claimOne(ctx context.Context, t testing.TB, pool *pgxpool.Pool, w *fenceq.Worker, job *fenceq.JobRow) (*fenceq.JobRow, time.Time) {
-	t.Helper()
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatalf("fenceqtest: claim job %d: %v", job.ID, err)
-	}
-	defer func() { _ = tx.Rollback(context.Background()) }()
-	sent := time.Now()
-	rows, err := queue.Claim(ctx, tx, queue.ClaimParams{Queue: job.Queue, WorkerID: w.ID(), Limit: 1,
-		Lease: w.Config().LeaseDuration,
-		After: &queue.ClaimCursor{Priority: job.Priority, RunAt: job.RunAt, ID: job.ID - 1}})
-	if err != nil {
-		t.Fatalf("fenceqtest: claim job %d: %v", job.ID, err)
-	}
-	if len(rows) != 1 || rows[0].ID != job.ID {
-		t.Fatalf("fenceqtest: claim job %d (%s): not claimable: its queue %q may be paused, or another worker "+
-			"holds it", job.ID, job.Kind, job.Queue)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatalf("fenceqtest: claim job %d: commit: %v", job.ID, err)
-	}
-	return rows[0], sent
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/fenceq/fenceq"
 	"github.com/fenceq/fenceq/fenceqtest"
+	"github.com/fenceq/fenceq/internal/store"
 	"github.com/fenceq/fenceq/migrations"
 	"github.com/fenceq/fenceq/queue"
 )
@@ -33,7 +34,7 @@ func setupWork(t *testing.T) *workBundle {
 
 func (b *workBundle) config() fenceq.Config {
 	return fenceq.Config{Handlers: b.hs, ID: "test-worker", Logger: fenceqtest.QuietLogger(), Hooks: []fenceq.Hook{b.obs},
-		Backoff: fenceq.Backoff{Base: time.Hour, Max: 2 * time.Hour, Jitter: 0.01}}
+		Backoff: queue.Backoff{Base: time.Hour, Max: 2 * time.Hour, Jitter: 0.01}}
 }
 
 func (b *workBundle) count(t *testing.T, sql string, args ...any) int {
@@ -54,19 +55,19 @@ type recordingObserver struct {
 	stale    []string
 }
 
-func (o *recordingObserver) JobStarted(context.Context, *fenceq.JobRow) {
+func (o *recordingObserver) JobStarted(context.Context, *queue.JobRow) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.claimed++
 }
 
-func (o *recordingObserver) JobFinished(_ context.Context, _ *fenceq.JobRow, res fenceq.AttemptResult) {
+func (o *recordingObserver) JobFinished(_ context.Context, _ *queue.JobRow, res fenceq.AttemptResult) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.outcomes = append(o.outcomes, res.Outcome)
 }
 
-func (o *recordingObserver) StaleWriteRejected(_ context.Context, _ *fenceq.JobRow, op string) {
+func (o *recordingObserver) StaleWriteRejected(_ context.Context, _ *queue.JobRow, op string) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.stale = append(o.stale, op)
@@ -94,7 +95,7 @@ func TestWorkCommit(t *testing.T) {
 	if err != nil {
 		t.Fatalf("handler error: %v", err)
 	}
-	if row.State != fenceq.StateCompleted || row.Attempt != 1 || row.LeaseGen != 1 || row.LeasedBy == nil ||
+	if row.State != queue.StateCompleted || row.Attempt != 1 || row.LeaseGen != 1 || row.LeasedBy == nil ||
 		*row.LeasedBy != "test-worker" || row.FinishedAt == nil {
 		t.Fatalf("row %+v: want completed at attempt 1 under generation 1 by test-worker", row)
 	}
@@ -119,18 +120,18 @@ func TestWorkOutcomes(t *testing.T) {
 		name    string
 		do      string
 		opts    *fenceq.InsertOpts
-		state   fenceq.State
+		state   queue.State
 		outcome fenceq.Outcome
-		check   func(t *testing.T, row *fenceq.JobRow, err error)
+		check   func(t *testing.T, row *queue.JobRow, err error)
 	}{
-		{name: "Success", do: "ok", state: fenceq.StateCompleted, outcome: fenceq.OutcomeCompleted,
-			check: func(t *testing.T, row *fenceq.JobRow, err error) {
+		{name: "Success", do: "ok", state: queue.StateCompleted, outcome: fenceq.OutcomeCompleted,
+			check: func(t *testing.T, row *queue.JobRow, err error) {
 				if err != nil || row.FinishedAt == nil {
 					t.Fatalf("err %v, finished_at %v", err, row.FinishedAt)
 				}
 			}},
-		{name: "FailRetriesWithBackoff", do: "fail", state: fenceq.StateRetryable, outcome: fenceq.OutcomeRetried,
-			check: func(t *testing.T, row *fenceq.JobRow, err error) {
+		{name: "FailRetriesWithBackoff", do: "fail", state: queue.StateRetryable, outcome: fenceq.OutcomeRetried,
+			check: func(t *testing.T, row *queue.JobRow, err error) {
 				if !errors.Is(err, boom) {
 					t.Fatalf("handler error %v, want boom", err)
 				}
@@ -143,22 +144,22 @@ func TestWorkOutcomes(t *testing.T) {
 				}
 			}},
 		{name: "LastAttemptDiscards", do: "fail", opts: &fenceq.InsertOpts{MaxAttempts: 1},
-			state: fenceq.StateDiscarded, outcome: fenceq.OutcomeDiscarded},
-		{name: "Snooze", do: "snooze", state: fenceq.StateScheduled, outcome: fenceq.OutcomeSnoozed,
-			check: func(t *testing.T, row *fenceq.JobRow, err error) {
+			state: queue.StateDiscarded, outcome: fenceq.OutcomeDiscarded},
+		{name: "Snooze", do: "snooze", state: queue.StateScheduled, outcome: fenceq.OutcomeSnoozed,
+			check: func(t *testing.T, row *queue.JobRow, err error) {
 				if wait := time.Until(row.RunAt); wait < 9*time.Minute || wait > 11*time.Minute {
 					t.Fatalf("snoozed until %s from now, want 10m", wait)
 				}
 			}},
-		{name: "Cancel", do: "cancel", state: fenceq.StateCancelled, outcome: fenceq.OutcomeCancelled},
-		{name: "Discard", do: "discard", state: fenceq.StateDiscarded, outcome: fenceq.OutcomeDiscarded,
-			check: func(t *testing.T, row *fenceq.JobRow, err error) {
+		{name: "Cancel", do: "cancel", state: queue.StateCancelled, outcome: fenceq.OutcomeCancelled},
+		{name: "Discard", do: "discard", state: queue.StateDiscarded, outcome: fenceq.OutcomeDiscarded,
+			check: func(t *testing.T, row *queue.JobRow, err error) {
 				if row.Attempt != 1 || row.MaxAttempts != 25 {
 					t.Fatalf("attempt %d of %d: want discarded at the first of 25", row.Attempt, row.MaxAttempts)
 				}
 			}},
-		{name: "Panic", do: "panic", state: fenceq.StateRetryable, outcome: fenceq.OutcomeRetried,
-			check: func(t *testing.T, row *fenceq.JobRow, err error) {
+		{name: "Panic", do: "panic", state: queue.StateRetryable, outcome: fenceq.OutcomeRetried,
+			check: func(t *testing.T, row *queue.JobRow, err error) {
 				var pe *fenceq.PanicError
 				if !errors.As(err, &pe) || pe.Value != "kaput" {
 					t.Fatalf("handler error %v, want a PanicError of kaput", err)
@@ -207,7 +208,7 @@ func TestWorkLeaseLost(t *testing.T) {
 	t.Parallel()
 	b := setupWork(t)
 	fenceq.AddHandler(b.hs, func(ctx context.Context, job *fenceq.Job[GreetArgs]) error {
-		if _, err := queue.RequeueJob(ctx, b.db.Pool, job.ID); err != nil {
+		if _, err := store.RequeueJob(ctx, b.db.Pool, job.ID); err != nil {
 			return err
 		}
 		return job.Commit(ctx, func(ctx context.Context, tx pgx.Tx) error {
@@ -216,10 +217,10 @@ func TestWorkLeaseLost(t *testing.T) {
 		})
 	}, nil)
 	row, err := fenceqtest.Work(b.ctx, t, b.db.Pool, b.config(), GreetArgs{Name: "late"}, nil)
-	if !errors.Is(err, fenceq.ErrLeaseLost) {
+	if !errors.Is(err, queue.ErrLeaseLost) {
 		t.Fatalf("handler error %v, want ErrLeaseLost", err)
 	}
-	if row.State != fenceq.StateAvailable || row.LeaseGen != 2 {
+	if row.State != queue.StateAvailable || row.LeaseGen != 2 {
 		t.Fatalf("row %s at generation %d, want available at 2 (requeued, generation bumped)", row.State, row.LeaseGen)
 	}
 	if n := b.count(t, `SELECT count(*) FROM greetings`); n != 0 {
@@ -250,7 +251,7 @@ func TestWorkWithLease(t *testing.T) {
 		})
 	}, nil)
 	row, err := fenceqtest.Work(b.ctx, t, b.db.Pool, b.config(), GreetArgs{}, nil)
-	if err != nil || row.State != fenceq.StateCompleted {
+	if err != nil || row.State != queue.StateCompleted {
 		t.Fatalf("%s, %v: want completed", row.State, err)
 	}
 	var text string
@@ -277,7 +278,7 @@ func TestWorkHeartbeats(t *testing.T) {
 	cfg.Handlers = slow
 	cfg.LeaseDuration, cfg.HeartbeatInterval, cfg.LeaseMargin = time.Second, 200*time.Millisecond, 100*time.Millisecond
 	row, err := fenceqtest.Work(b.ctx, t, b.db.Pool, cfg, GreetArgs{}, nil)
-	if err != nil || row.State != fenceq.StateCompleted || row.LeaseGen != 1 {
+	if err != nil || row.State != queue.StateCompleted || row.LeaseGen != 1 {
 		t.Fatalf("%s at generation %d, %v: want completed under the first lease", row.State, row.LeaseGen, err)
 	}
 	if row.HeartbeatAt == nil || row.AttemptedAt == nil || row.HeartbeatAt.Sub(*row.AttemptedAt) < 800*time.Millisecond {
@@ -299,18 +300,18 @@ func TestWorkClaimsOnlyItsJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	row, err := fenceqtest.Work(b.ctx, t, b.db.Pool, b.config(), GreetArgs{Name: "mine"}, nil)
-	if err != nil || row.State != fenceq.StateCompleted {
+	if err != nil || row.State != queue.StateCompleted {
 		t.Fatalf("%s %v", row.State, err)
 	}
 	for _, id := range []int64{urgent.Job.ID, older.Job.ID} {
-		j, err := queue.GetJob(b.ctx, b.db.Pool, id)
-		if err != nil || j.State != fenceq.StateAvailable || j.Attempt != 0 || j.LeaseGen != 0 {
+		j, err := store.GetJob(b.ctx, b.db.Pool, id)
+		if err != nil || j.State != queue.StateAvailable || j.Attempt != 0 || j.LeaseGen != 0 {
 			t.Fatalf("job %d: %+v %v, want untouched", id, j, err)
 		}
 	}
 	// WorkJob then works one of them.
 	row, err = fenceqtest.WorkJob(b.ctx, t, b.db.Pool, b.config(), older.Job.ID)
-	if err != nil || row.ID != older.Job.ID || row.State != fenceq.StateCompleted {
+	if err != nil || row.ID != older.Job.ID || row.State != queue.StateCompleted {
 		t.Fatalf("WorkJob: %+v %v", row, err)
 	}
 }
@@ -340,7 +341,7 @@ func TestWorkRefuses(t *testing.T) {
 			fenceqtest.Work(b.ctx, tb, b.db.Pool, b.config(), GreetArgs{}, &fenceq.InsertOpts{UniqueKey: "k1"})
 		}},
 		{"PausedQueue", `queue "held" may be paused`, func(tb testing.TB) {
-			if err := queue.SetQueuePaused(b.ctx, b.db.Pool, "held", true); err != nil {
+			if err := store.SetQueuePaused(b.ctx, b.db.Pool, "held", true); err != nil {
 				tb.Fatal(err)
 			}
 			fenceqtest.Work(b.ctx, tb, b.db.Pool, b.config(), GreetArgs{}, &fenceq.InsertOpts{Queue: "held"})

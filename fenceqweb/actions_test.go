@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fenceq/fenceq"
+	"github.com/fenceq/fenceq/internal/store"
 	"github.com/fenceq/fenceq/outbox"
 	"github.com/fenceq/fenceq/queue"
 )
@@ -32,9 +33,9 @@ func wantRedirect(t *testing.T, what string, r response, location string) {
 func TestRetryJob(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.insert(t, queue.InsertParams{Kind: "boom", MaxAttempts: 1})
+	b.insert(t, store.InsertParams{Kind: "boom", MaxAttempts: 1})
 	c := b.claim(t, "default", "w1", time.Minute)
-	if st, err := queue.Fail(b.ctx, b.db.Pool, queue.LeaseOf(c), queue.FailParams{Err: "boom"}); err != nil || st != queue.StateDiscarded {
+	if st, err := store.Fail(b.ctx, b.db.Pool, store.LeaseOf(c), store.FailParams{Err: "boom"}); err != nil || st != queue.StateDiscarded {
 		t.Fatalf("fail: %s %v", st, err)
 	}
 	page := fmt.Sprintf("/jobs/%d", c.ID)
@@ -60,7 +61,7 @@ func TestRetryJob(t *testing.T) {
 func TestCancelRunningJobAsksThenRevokesTheLease(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.insert(t, queue.InsertParams{Kind: "long"})
+	b.insert(t, store.InsertParams{Kind: "long"})
 	c := b.claim(t, "default", "worker-x", time.Minute)
 	page := fmt.Sprintf("/jobs/%d", c.ID)
 	// The first POST is the confirmation step: nothing changes yet.
@@ -83,7 +84,7 @@ func TestCancelRunningJobAsksThenRevokesTheLease(t *testing.T) {
 		t.Fatal("cancelling a running job recorded no revocation")
 	}
 	// The revoked holder can write nothing.
-	if err := queue.Complete(b.ctx, b.db.Pool, queue.LeaseOf(c)); err == nil {
+	if err := store.Complete(b.ctx, b.db.Pool, store.LeaseOf(c)); err == nil {
 		t.Fatal("the revoked holder completed the job")
 	}
 }
@@ -91,7 +92,7 @@ func TestCancelRunningJobAsksThenRevokesTheLease(t *testing.T) {
 func TestRequeueRunningJobRevokesTheLease(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.insert(t, queue.InsertParams{Kind: "long"})
+	b.insert(t, store.InsertParams{Kind: "long"})
 	c := b.claim(t, "default", "worker-y", time.Minute)
 	page := fmt.Sprintf("/jobs/%d", c.ID)
 	r := b.act(t, page, page+"/requeue")
@@ -115,7 +116,7 @@ func TestRequeueRunningJobRevokesTheLease(t *testing.T) {
 func TestPauseAndResumeQueue(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.insert(t, queue.InsertParams{Queue: "billing"})
+	b.insert(t, store.InsertParams{Queue: "billing"})
 	r := b.act(t, "/queues", "/queues/billing/pause")
 	mustContain(t, "confirmation", r.body, "Pause queue billing?", `action="../../queues/billing/pause"`)
 	if b.queuePaused(t, "billing") {
@@ -127,7 +128,7 @@ func TestPauseAndResumeQueue(t *testing.T) {
 		t.Fatal("the queue is not paused")
 	}
 	// Paused means no claim: the engine sees the same setting.
-	if js, err := queue.Claim(b.ctx, b.db.Pool, queue.ClaimParams{Queue: "billing", WorkerID: "w", Limit: 1, Lease: time.Minute}); err != nil || len(js) != 0 {
+	if js, err := store.Claim(b.ctx, b.db.Pool, store.ClaimParams{Queue: "billing", WorkerID: "w", Limit: 1, Lease: time.Minute}); err != nil || len(js) != 0 {
 		t.Fatalf("claimed %d jobs from the paused queue (%v)", len(js), err)
 	}
 	mustContain(t, "queues page", b.page(t, "/queues?flash=paused"), "Queue paused", ">Resume</button>")
@@ -162,7 +163,7 @@ func TestRetryOutboxRow(t *testing.T) {
 		t.Fatalf("retry of a pending row: %d\n%s", r.status, r.body)
 	}
 	// Its delivery ended and it failed: retry makes it pending with a new delivery job.
-	if _, err := queue.CancelJob(b.ctx, b.db.Pool, res.DeliveryJobID, "test"); err != nil {
+	if _, err := store.CancelJob(b.ctx, b.db.Pool, res.DeliveryJobID, "test"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := b.db.Pool.Exec(b.ctx, `UPDATE fenceq_outbox SET state = 'failed' WHERE id = $1`, res.ID); err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/fenceq/fenceq/fenceqtest"
 	"github.com/fenceq/fenceq/health"
+	"github.com/fenceq/fenceq/internal/store"
 	"github.com/fenceq/fenceq/queue"
 )
 
@@ -137,11 +138,11 @@ func BenchmarkPages(b *testing.B) {
 		read func() error
 	}{
 		{"read_counts", func() error {
-			_, err := queue.CountQueues(ctx, db.Pool, queue.CountParams{Window: overviewWindow})
+			_, err := store.CountQueues(ctx, db.Pool, queue.CountParams{Window: overviewWindow})
 			return err
 		}},
 		{"read_throughput", func() error {
-			_, err := queue.ReadThroughput(ctx, db.Pool, queue.CountParams{Window: overviewWindow}, overviewBuckets)
+			_, err := store.ReadThroughput(ctx, db.Pool, queue.CountParams{Window: overviewWindow}, overviewBuckets)
 			return err
 		}},
 		{"read_health", func() error {
@@ -149,7 +150,7 @@ func BenchmarkPages(b *testing.B) {
 			return err
 		}},
 		{"read_workers", func() error {
-			_, err := queue.ListWorkers(ctx, db.Pool)
+			_, err := store.ListWorkers(ctx, db.Pool)
 			return err
 		}},
 	}

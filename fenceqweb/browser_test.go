@@ -11,6 +11,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/fenceq/fenceq/internal/store"
 	"github.com/fenceq/fenceq/queue"
 )
 
@@ -79,7 +80,7 @@ func (b *testBundle) populate(t *testing.T) {
 		id     string
 		queues []string
 	}{{"billing-7f9c", []string{"billing", "default"}}, {"mailer-1a2b", []string{"outbox", "email"}}} {
-		if err := queue.RegisterWorker(b.ctx, b.db.Pool, w.id, "app-"+w.id[:6], 4100, w.queues, nil); err != nil {
+		if err := store.RegisterWorker(b.ctx, b.db.Pool, w.id, "app-"+w.id[:6], 4100, w.queues, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -103,10 +104,10 @@ FROM (
 	}
 	for i := range 40 {
 		q := []string{"default", "billing", "outbox"}[i%3]
-		b.insert(t, queue.InsertParams{Queue: q, Kind: "invoice", Args: []byte(fmt.Sprintf(`{"customer_id": %d}`, i))})
+		b.insert(t, store.InsertParams{Queue: q, Kind: "invoice", Args: []byte(fmt.Sprintf(`{"customer_id": %d}`, i))})
 	}
 	for i := range 12 {
-		b.insert(t, queue.InsertParams{Queue: "default", Kind: "email.send", RunIn: time.Hour,
+		b.insert(t, store.InsertParams{Queue: "default", Kind: "email.send", RunIn: time.Hour,
 			Args: []byte(fmt.Sprintf(`{"to": "user%d@example.com"}`, i))})
 	}
 	for range 3 {
@@ -205,7 +206,7 @@ func TestBrowser(t *testing.T) {
 	if _, err := chromedp.Run(ctx, chromedp.Evaluate[int]("window.fenceqTestMarker = 7")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := queue.CancelJob(b.ctx, b.db.Pool, j.ID, "cancelled from the CLI"); err != nil {
+	if _, err := store.CancelJob(b.ctx, b.db.Pool, j.ID, "cancelled from the CLI"); err != nil {
 		t.Fatal(err)
 	}
 	run("see the cancellation live", chromedp.WaitVisible(chromedp.CSS("h1 .st-cancelled")))

@@ -28,14 +28,14 @@
 //
 // Every read is bounded, so pages stay fast with millions of jobs: keyset pages on the
 // id (never OFFSET), filters that no index serves applied to a bounded window of the
-// newest jobs (queue.ListJobsPage), counts through the partial indexes of the
-// unfinished states and the finished_at index over the last hour (queue.CountQueues,
-// queue.ReadThroughput).
+// newest jobs (fenceq.ListJobs), counts through the partial indexes of the
+// unfinished states and the finished_at index over the last hour (fenceq.CountJobs,
+// fenceq.JobThroughput).
 //
 // # Actions and security
 //
 // Retry, cancel and requeue a job, pause and resume a queue, retry an outbox row: each
-// a POST form that calls the same function as the CLI (queue.RetryJob, CancelJob,
+// a POST form that calls the same function as the CLI (fenceq.RetryJob, CancelJob,
 // RequeueJob, SetQueuePaused, outbox.Retry). Destructive ones ask for confirmation on a
 // page of their own (no script needed). Every POST must carry a token tied to the
 // browser session (an HMAC of the session cookie under a server secret; cookies are

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fenceq/fenceq/fenceqtest"
+	"github.com/fenceq/fenceq/internal/store"
 	"github.com/fenceq/fenceq/queue"
 )
 
@@ -134,12 +135,12 @@ func (b *testBundle) act(t *testing.T, from, action string, extra ...string) res
 	return b.post(t, action, form)
 }
 
-func (b *testBundle) insert(t *testing.T, p queue.InsertParams) *queue.JobRow {
+func (b *testBundle) insert(t *testing.T, p store.InsertParams) *queue.JobRow {
 	t.Helper()
 	if p.Kind == "" {
 		p.Kind = "noop"
 	}
-	res, err := queue.Insert(b.ctx, b.db.Pool, p)
+	res, err := store.Insert(b.ctx, b.db.Pool, p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +149,7 @@ func (b *testBundle) insert(t *testing.T, p queue.InsertParams) *queue.JobRow {
 
 func (b *testBundle) job(t *testing.T, id int64) *queue.JobRow {
 	t.Helper()
-	j, err := queue.GetJob(b.ctx, b.db.Pool, id)
+	j, err := store.GetJob(b.ctx, b.db.Pool, id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +158,7 @@ func (b *testBundle) job(t *testing.T, id int64) *queue.JobRow {
 
 func (b *testBundle) claim(t *testing.T, q, worker string, lease time.Duration) *queue.JobRow {
 	t.Helper()
-	js, err := queue.Claim(b.ctx, b.db.Pool, queue.ClaimParams{Queue: q, WorkerID: worker, Limit: 1, Lease: lease})
+	js, err := store.Claim(b.ctx, b.db.Pool, store.ClaimParams{Queue: q, WorkerID: worker, Limit: 1, Lease: lease})
 	if err != nil || len(js) != 1 {
 		t.Fatalf("claim on %s by %s: %v, %d jobs", q, worker, err, len(js))
 	}
@@ -172,9 +173,9 @@ func (b *testBundle) claim(t *testing.T, q, worker string, lease time.Duration) 
 // heartbeat finds the lease gone (heartbeat_lost).
 func (b *testBundle) generations(t *testing.T, q string) *queue.JobRow {
 	t.Helper()
-	j := b.insert(t, queue.InsertParams{Queue: q, Kind: "invoice", Args: []byte(`{"customer_id": 42, "period": "2026-10"}`)})
+	j := b.insert(t, store.InsertParams{Queue: q, Kind: "invoice", Args: []byte(`{"customer_id": 42, "period": "2026-10"}`)})
 	for _, w := range []string{"worker-a", "worker-b"} {
-		if err := queue.RegisterWorker(b.ctx, b.db.Pool, w, "host-"+w, 4242, []string{q}, nil); err != nil {
+		if err := store.RegisterWorker(b.ctx, b.db.Pool, w, "host-"+w, 4242, []string{q}, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -184,7 +185,7 @@ func (b *testBundle) generations(t *testing.T, q string) *queue.JobRow {
 		err := b.db.Pool.QueryRow(b.ctx, `SELECT lease_expires_at < now() FROM fenceq_jobs WHERE id = $1`, j.ID).Scan(&expired)
 		return err == nil && expired
 	})
-	revs, err := queue.Reap(b.ctx, b.db.Pool, queue.ReapParams{HolderFresh: time.Hour})
+	revs, err := store.Reap(b.ctx, b.db.Pool, store.ReapParams{HolderFresh: time.Hour})
 	if err != nil || len(revs) != 1 || !revs[0].HolderAlive {
 		t.Fatalf("reap: %+v %v; want one revocation of a live holder", revs, err)
 	}
@@ -192,14 +193,14 @@ func (b *testBundle) generations(t *testing.T, q string) *queue.JobRow {
 	if second.ID != j.ID || second.LeaseGen != 3 {
 		t.Fatalf("second claim: job %d gen %d; want job %d gen 3", second.ID, second.LeaseGen, j.ID)
 	}
-	if err := queue.Complete(b.ctx, b.db.Pool, queue.LeaseOf(first)); !errors.Is(err, queue.ErrLeaseLost) {
+	if err := store.Complete(b.ctx, b.db.Pool, store.LeaseOf(first)); !errors.Is(err, queue.ErrLeaseLost) {
 		t.Fatalf("stale completion: %v; want ErrLeaseLost", err)
 	}
-	hb, err := queue.Heartbeat(b.ctx, b.db.Pool, "worker-a", []queue.Lease{queue.LeaseOf(first)}, time.Minute)
+	hb, err := store.Heartbeat(b.ctx, b.db.Pool, "worker-a", []queue.Lease{store.LeaseOf(first)}, time.Minute)
 	if err != nil || len(hb.Lost) != 1 {
 		t.Fatalf("stale heartbeat: %+v %v; want the lease lost", hb, err)
 	}
-	if _, err := queue.RecordLeasesLost(b.ctx, b.db.Pool, "worker-a", hb.Lost); err != nil {
+	if _, err := store.RecordLeasesLost(b.ctx, b.db.Pool, "worker-a", hb.Lost); err != nil {
 		t.Fatal(err)
 	}
 	return b.job(t, j.ID)
@@ -208,7 +209,7 @@ func (b *testBundle) generations(t *testing.T, q string) *queue.JobRow {
 // eventKinds counts a job's lease events by kind.
 func (b *testBundle) eventKinds(t *testing.T, id int64) map[queue.LeaseEventKind]int {
 	t.Helper()
-	evs, err := queue.ListLeaseEvents(b.ctx, b.db.Pool, id, 100)
+	evs, err := store.ListLeaseEvents(b.ctx, b.db.Pool, id, 100)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 
+	"github.com/fenceq/fenceq"
 	"github.com/fenceq/fenceq/queue"
 )
 
@@ -33,11 +34,11 @@ func (h *Handler) job(ctx context.Context, r *http.Request) (*page, error) {
 	if err != nil {
 		return nil, err
 	}
-	j, err := queue.GetJob(ctx, h.cfg.DB, id)
+	j, err := fenceq.GetJob(ctx, h.cfg.DB, id)
 	if err != nil {
 		return nil, err
 	}
-	events, err := queue.ListLeaseEvents(ctx, h.cfg.DB, id, jobEventLimit+1)
+	events, err := fenceq.ListLeaseEvents(ctx, h.cfg.DB, id, jobEventLimit+1)
 	if err != nil {
 		return nil, err
 	}
@@ -77,7 +78,7 @@ func (h *Handler) retryJob(ctx context.Context, _ http.ResponseWriter, r *http.R
 	if err != nil {
 		return nil, nil, err
 	}
-	if _, err := queue.RetryJob(ctx, h.cfg.DB, id); err != nil {
+	if _, err := fenceq.RetryJob(ctx, h.cfg.DB, id); err != nil {
 		return nil, nil, explainWrongState(err, fmt.Sprintf(" (requeue job %d to force it)", id))
 	}
 	h.cfg.Logger.Info("dashboard: job retried", "job_id", id)
@@ -90,7 +91,7 @@ func (h *Handler) cancelJob(ctx context.Context, _ http.ResponseWriter, r *http.
 		return nil, nil, err
 	}
 	if !confirmed(r) {
-		j, err := queue.GetJob(ctx, h.cfg.DB, id)
+		j, err := fenceq.GetJob(ctx, h.cfg.DB, id)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -102,7 +103,7 @@ func (h *Handler) cancelJob(ctx context.Context, _ http.ResponseWriter, r *http.
 		return nil, confirmPage("Cancel job", confirmData{Heading: fmt.Sprintf("Cancel job %d?", id), Lines: lines,
 			Action: fmt.Sprintf("jobs/%d/cancel", id), Button: "Cancel the job", Back: fmt.Sprintf("jobs/%d", id)}), nil
 	}
-	if _, err := queue.CancelJob(ctx, h.cfg.DB, id, ""); err != nil {
+	if _, err := fenceq.CancelJob(ctx, h.cfg.DB, id, ""); err != nil {
 		return nil, nil, explainWrongState(err, "")
 	}
 	h.cfg.Logger.Info("dashboard: job cancelled", "job_id", id)
@@ -115,7 +116,7 @@ func (h *Handler) requeueJob(ctx context.Context, _ http.ResponseWriter, r *http
 		return nil, nil, err
 	}
 	if !confirmed(r) {
-		j, err := queue.GetJob(ctx, h.cfg.DB, id)
+		j, err := fenceq.GetJob(ctx, h.cfg.DB, id)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -127,7 +128,7 @@ func (h *Handler) requeueJob(ctx context.Context, _ http.ResponseWriter, r *http
 		return nil, confirmPage("Requeue job", confirmData{Heading: fmt.Sprintf("Requeue job %d?", id), Lines: lines,
 			Action: fmt.Sprintf("jobs/%d/requeue", id), Button: "Requeue the job", Back: fmt.Sprintf("jobs/%d", id)}), nil
 	}
-	if _, err := queue.RequeueJob(ctx, h.cfg.DB, id); err != nil {
+	if _, err := fenceq.RequeueJob(ctx, h.cfg.DB, id); err != nil {
 		return nil, nil, explainWrongState(err, "")
 	}
 	h.cfg.Logger.Info("dashboard: job requeued", "job_id", id)

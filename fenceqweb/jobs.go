@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/fenceq/fenceq"
 	"github.com/fenceq/fenceq/queue"
 )
 
@@ -97,7 +98,7 @@ func (h *Handler) jobs(ctx context.Context, r *http.Request) (*page, error) {
 		return nil, err
 	}
 	p := h.listParams(f)
-	pg, err := queue.ListJobsPage(ctx, h.cfg.DB, p)
+	pg, err := fenceq.ListJobs(ctx, h.cfg.DB, p)
 	if err != nil {
 		return nil, err
 	}

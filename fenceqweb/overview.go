@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/fenceq/fenceq"
 	"github.com/fenceq/fenceq/health"
 	"github.com/fenceq/fenceq/queue"
 )
@@ -50,7 +51,7 @@ func (h *Handler) overview(ctx context.Context, _ *http.Request) (*page, error) 
 	if d.Health, err = health.Check(ctx, db, h.cfg.Health); err != nil {
 		return nil, err
 	}
-	if d.Counts, err = queue.CountQueues(ctx, db, queue.CountParams{Window: overviewWindow}); err != nil {
+	if d.Counts, err = fenceq.CountJobs(ctx, db, queue.CountParams{Window: overviewWindow}); err != nil {
 		return nil, err
 	}
 	for _, q := range d.Counts.Queues {
@@ -61,18 +62,18 @@ func (h *Handler) overview(ctx context.Context, _ *http.Request) (*page, error) 
 			d.Totals[st] += n
 		}
 	}
-	tp, err := queue.ReadThroughput(ctx, db, queue.CountParams{Window: overviewWindow}, overviewBuckets)
+	tp, err := fenceq.JobThroughput(ctx, db, queue.CountParams{Window: overviewWindow}, overviewBuckets)
 	if err != nil {
 		return nil, err
 	}
 	d.Chart = buildChart(tp, h.cfg.Location)
-	if d.EventCounts, err = queue.CountLeaseEvents(ctx, db, overviewWindow); err != nil {
+	if d.EventCounts, err = fenceq.CountLeaseEvents(ctx, db, overviewWindow); err != nil {
 		return nil, err
 	}
-	if d.Events, err = queue.ListLeaseEvents(ctx, db, 0, overviewEvents); err != nil {
+	if d.Events, err = fenceq.ListLeaseEvents(ctx, db, 0, overviewEvents); err != nil {
 		return nil, err
 	}
-	ws, err := queue.ListWorkers(ctx, db)
+	ws, err := fenceq.ListWorkers(ctx, db)
 	if err != nil {
 		return nil, err
 	}

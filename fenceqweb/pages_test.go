@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fenceq/fenceq/idempotency"
+	"github.com/fenceq/fenceq/internal/store"
 	"github.com/fenceq/fenceq/outbox"
 	"github.com/fenceq/fenceq/queue"
 )
@@ -20,12 +21,12 @@ func TestOverviewShowsQueuesAlertsChartAndLeaseEvents(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	j := b.generations(t, "billing")
-	b.insert(t, queue.InsertParams{Queue: "mail"})
+	b.insert(t, store.InsertParams{Queue: "mail"})
 	done := b.claim(t, "mail", "worker-b", time.Minute)
-	if err := queue.Complete(b.ctx, b.db.Pool, queue.LeaseOf(done)); err != nil {
+	if err := store.Complete(b.ctx, b.db.Pool, store.LeaseOf(done)); err != nil {
 		t.Fatal(err)
 	}
-	if err := queue.SetQueuePaused(b.ctx, b.db.Pool, "idle", true); err != nil {
+	if err := store.SetQueuePaused(b.ctx, b.db.Pool, "idle", true); err != nil {
 		t.Fatal(err)
 	}
 	body := b.page(t, "/")
@@ -67,7 +68,7 @@ func TestJobsListFiltersAndKeysetPages(t *testing.T) {
 		if i%3 == 0 {
 			tags = []string{"vip"}
 		}
-		j := b.insert(t, queue.InsertParams{Queue: q, Kind: fmt.Sprintf("kind%d", i%3),
+		j := b.insert(t, store.InsertParams{Queue: q, Kind: fmt.Sprintf("kind%d", i%3),
 			Args: []byte(fmt.Sprintf(`{"customer": "Customer-%d"}`, i)), Tags: tags})
 		ids = append(ids, j.ID)
 	}
@@ -135,9 +136,9 @@ func idsOnPage(body string) []int64 {
 func TestJobsSearchWindowSaysHowFarItLooked(t *testing.T) {
 	t.Parallel()
 	b := setup(t, func(c *Config) { c.ScanLimit = 4; c.ArgsScanLimit = 4 })
-	rare := b.insert(t, queue.InsertParams{Kind: "rare"})
+	rare := b.insert(t, store.InsertParams{Kind: "rare"})
 	for range 6 {
-		b.insert(t, queue.InsertParams{Kind: "common"})
+		b.insert(t, store.InsertParams{Kind: "common"})
 	}
 	// The newest 4 jobs hold no rare one: the page says so and offers to search on.
 	body := b.page(t, "/jobs?kind=rare")
@@ -155,7 +156,7 @@ func TestJobPageShowsTheLeaseTimeline(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	j := b.generations(t, "billing")
-	if err := queue.RecordStaleWrite(b.ctx, b.db.Pool, queue.Lease{JobID: j.ID, Gen: 1, Holder: "worker-a"}, "with lease"); err != nil {
+	if err := store.RecordStaleWrite(b.ctx, b.db.Pool, queue.Lease{JobID: j.ID, Gen: 1, Holder: "worker-a"}, "with lease"); err != nil {
 		t.Fatal(err)
 	}
 	body := b.page(t, fmt.Sprintf("/jobs/%d", j.ID))
@@ -181,9 +182,9 @@ func TestJobPageShowsTheLeaseTimeline(t *testing.T) {
 func TestJobPageShowsErrorsWithTraces(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.insert(t, queue.InsertParams{Kind: "boom"})
+	b.insert(t, store.InsertParams{Kind: "boom"})
 	c := b.claim(t, "default", "worker-p", time.Minute)
-	if _, err := queue.Fail(b.ctx, b.db.Pool, queue.LeaseOf(c), queue.FailParams{Err: "panic: nil map",
+	if _, err := store.Fail(b.ctx, b.db.Pool, store.LeaseOf(c), store.FailParams{Err: "panic: nil map",
 		Trace: "goroutine 7 [running]:\nmain.handler()\n\t/app/main.go:42"}); err != nil {
 		t.Fatal(err)
 	}
@@ -195,13 +196,13 @@ func TestJobPageShowsErrorsWithTraces(t *testing.T) {
 func TestQueuesWorkersOutboxAndIdempotencyPages(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.insert(t, queue.InsertParams{Queue: "billing"})
+	b.insert(t, store.InsertParams{Queue: "billing"})
 	running := b.claim(t, "billing", "worker-1", time.Minute)
-	if err := queue.RegisterWorker(b.ctx, b.db.Pool, "worker-1", "host-1", 101, []string{"billing", "default"}, nil); err != nil {
+	if err := store.RegisterWorker(b.ctx, b.db.Pool, "worker-1", "host-1", 101, []string{"billing", "default"}, nil); err != nil {
 		t.Fatal(err)
 	}
 	// A lease whose holder never registered.
-	b.insert(t, queue.InsertParams{Queue: "billing"})
+	b.insert(t, store.InsertParams{Queue: "billing"})
 	orphan := b.claim(t, "billing", "ghost", time.Minute)
 
 	body := b.page(t, "/queues")

@@ -62,7 +62,11 @@ func (h *Handler) pausePeriodic(paused bool) actionFunc {
 					"Resuming passes over the slots of the pause: it does not catch them up."},
 				Action: "periodic/" + s.Name + "/pause", Button: "Pause the schedule", Back: "periodic"}), nil
 		}
-		if _, err := queue.SetPeriodicPaused(ctx, h.cfg.DB, s.Name, paused); err != nil {
+		setPaused := fenceq.ResumePeriodic
+		if paused {
+			setPaused = fenceq.PausePeriodic
+		}
+		if _, err := setPaused(ctx, h.cfg.DB, s.Name); err != nil {
 			return nil, nil, err
 		}
 		flash := "periodic-resumed"
@@ -87,7 +91,7 @@ func (h *Handler) triggerPeriodic(ctx context.Context, _ http.ResponseWriter, r 
 				"The schedule's slots are unchanged."},
 			Action: "periodic/" + s.Name + "/trigger", Button: "Enqueue a job now", Back: "periodic"}), nil
 	}
-	job, err := queue.TriggerPeriodic(ctx, h.cfg.DB, s.Name)
+	job, err := fenceq.TriggerPeriodic(ctx, h.cfg.DB, s.Name)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"slices"
 
+	"github.com/fenceq/fenceq"
 	"github.com/fenceq/fenceq/queue"
 )
 
@@ -39,11 +40,11 @@ func (h *Handler) queues(ctx context.Context, _ *http.Request) (*page, error) {
 	if err != nil {
 		return nil, err
 	}
-	counts, err := queue.CountQueues(ctx, h.cfg.DB, queue.CountParams{Window: overviewWindow})
+	counts, err := fenceq.CountJobs(ctx, h.cfg.DB, queue.CountParams{Window: overviewWindow})
 	if err != nil {
 		return nil, err
 	}
-	ws, err := queue.ListWorkers(ctx, h.cfg.DB)
+	ws, err := fenceq.ListWorkers(ctx, h.cfg.DB)
 	if err != nil {
 		return nil, err
 	}
@@ -92,7 +93,11 @@ func (h *Handler) pauseQueue(paused bool) actionFunc {
 					"Jobs enqueued meanwhile wait."},
 				Action: "queues/" + name + "/pause", Button: "Pause the queue", Back: "queues"}), nil
 		}
-		if err := queue.SetQueuePaused(ctx, h.cfg.DB, name, paused); err != nil {
+		setPaused := fenceq.ResumeQueue
+		if paused {
+			setPaused = fenceq.PauseQueue
+		}
+		if err := setPaused(ctx, h.cfg.DB, name); err != nil {
 			return nil, nil, err
 		}
 		flash := "resumed"

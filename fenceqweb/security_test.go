@@ -11,13 +11,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fenceq/fenceq/internal/store"
 	"github.com/fenceq/fenceq/queue"
 )
 
 func TestForgedPostsAreRefusedAndChangeNothing(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.insert(t, queue.InsertParams{Kind: "long"})
+	b.insert(t, store.InsertParams{Kind: "long"})
 	c := b.claim(t, "default", "worker-z", time.Minute)
 	page := fmt.Sprintf("/jobs/%d", c.ID)
 	action := page + "/cancel"
@@ -101,23 +102,23 @@ func TestHostileValuesAreEscaped(t *testing.T) {
 	attr := `"><img src=x onerror=alert(1)>`
 	long := strings.Repeat("A", 200_000)
 	args := fmt.Sprintf(`{"name": %q, "quote": %q, "long": %q, "apos": "it's"}`, script, attr, long)
-	j := b.insert(t, queue.InsertParams{Kind: "hostile", Args: []byte(args),
+	j := b.insert(t, store.InsertParams{Kind: "hostile", Args: []byte(args),
 		Metadata: []byte(fmt.Sprintf(`{"note": %q}`, script))})
 	hostileWorker := `w<script>alert(2)</script>`
 	c := b.claim(t, "default", hostileWorker, time.Minute)
-	if _, err := queue.Fail(b.ctx, b.db.Pool, queue.LeaseOf(c), queue.FailParams{Err: attr + script, Trace: script}); err != nil {
+	if _, err := store.Fail(b.ctx, b.db.Pool, store.LeaseOf(c), store.FailParams{Err: attr + script, Trace: script}); err != nil {
 		t.Fatal(err)
 	}
-	if err := queue.RecordStaleWrite(b.ctx, b.db.Pool, queue.Lease{JobID: j.ID, Gen: 1, Holder: hostileWorker}, script); err != nil {
+	if err := store.RecordStaleWrite(b.ctx, b.db.Pool, queue.Lease{JobID: j.ID, Gen: 1, Holder: hostileWorker}, script); err != nil {
 		t.Fatal(err)
 	}
 	// A completed job whose handler recorded hostile output.
-	done := b.insert(t, queue.InsertParams{Kind: "hostile-output", Queue: "out"})
+	done := b.insert(t, store.InsertParams{Kind: "hostile-output", Queue: "out"})
 	dc := b.claim(t, "out", "w", time.Minute)
 	if dc.ID != done.ID {
 		t.Fatalf("claimed %d, want %d", dc.ID, done.ID)
 	}
-	if err := queue.CompleteWithOutput(b.ctx, b.db.Pool, queue.LeaseOf(dc), []byte(fmt.Sprintf(`{"html": %q}`, script))); err != nil {
+	if err := store.CompleteWithOutput(b.ctx, b.db.Pool, store.LeaseOf(dc), []byte(fmt.Sprintf(`{"html": %q}`, script))); err != nil {
 		t.Fatal(err)
 	}
 	outPage := b.page(t, fmt.Sprintf("/jobs/%d", done.ID))
@@ -169,7 +170,7 @@ func TestPagesHaveNoInlineScriptOrStyle(t *testing.T) {
 func TestReadOnlyHidesFormsAndRefusesPosts(t *testing.T) {
 	t.Parallel()
 	b := setup(t, func(c *Config) { c.ReadOnly = true })
-	b.insert(t, queue.InsertParams{Kind: "long", Queue: "billing"})
+	b.insert(t, store.InsertParams{Kind: "long", Queue: "billing"})
 	c := b.claim(t, "billing", "w", time.Minute)
 	b.addSchedule(t, "nightly")
 	for _, p := range []string{"/", fmt.Sprintf("/jobs/%d", c.ID), "/queues", "/outbox?state=all", "/periodic"} {

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/fenceq/fenceq"
 	"github.com/fenceq/fenceq/queue"
 )
 
@@ -47,14 +48,15 @@ func (h *Handler) workers(ctx context.Context, _ *http.Request) (*page, error) {
 	if err != nil {
 		return nil, err
 	}
-	ws, err := queue.ListWorkers(ctx, h.cfg.DB)
+	ws, err := fenceq.ListWorkers(ctx, h.cfg.DB)
 	if err != nil {
 		return nil, err
 	}
-	running, err := queue.ListJobs(ctx, h.cfg.DB, queue.ListParams{State: queue.StateRunning, Limit: maxLeasesShown + 1})
+	listed, err := fenceq.ListJobs(ctx, h.cfg.DB, queue.ListParams{State: queue.StateRunning, Limit: maxLeasesShown + 1})
 	if err != nil {
 		return nil, err
 	}
+	running := listed.Jobs
 	d := &workersData{Clock: h.clockAt(now), Truncated: len(running) > maxLeasesShown}
 	if d.Truncated {
 		running = running[:maxLeasesShown]

@@ -133,7 +133,7 @@ func Check(ctx context.Context, db queue.DBTX, t Thresholds) (*Report, error) {
 		return nil, err
 	}
 	t = t.WithDefaults()
-	events, err := queue.CountLeaseEvents(ctx, db, t.Window)
+	events, err := fenceq.CountLeaseEvents(ctx, db, t.Window)
 	if err != nil {
 		return nil, fmt.Errorf("health: %w", err)
 	}
@@ -141,7 +141,7 @@ func Check(ctx context.Context, db queue.DBTX, t Thresholds) (*Report, error) {
 	if err != nil {
 		return nil, fmt.Errorf("health: %w", err)
 	}
-	act, err := queue.ReadActivity(ctx, db)
+	act, err := fenceq.ReadActivity(ctx, db)
 	if err != nil {
 		return nil, fmt.Errorf("health: %w", err)
 	}

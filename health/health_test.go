@@ -9,6 +9,7 @@ import (
 	"github.com/fenceq/fenceq"
 	"github.com/fenceq/fenceq/fenceqtest"
 	"github.com/fenceq/fenceq/health"
+	"github.com/fenceq/fenceq/internal/store"
 	"github.com/fenceq/fenceq/queue"
 )
 
@@ -36,10 +37,10 @@ func TestCheckRaisesEachCondition(t *testing.T) {
 		t.Errorf("defaults not applied: %+v", rep.Thresholds)
 	}
 
-	if err := queue.RecordStaleWrite(ctx, db.Pool, queue.Lease{JobID: 1, Gen: 1, Holder: "w"}, "complete"); err != nil {
+	if err := store.RecordStaleWrite(ctx, db.Pool, queue.Lease{JobID: 1, Gen: 1, Holder: "w"}, "complete"); err != nil {
 		t.Fatal(err)
 	}
-	if err := queue.RecordLeaseEvents(ctx, db.Pool, queue.EventExpiredHolderAlive, "w", "test", []queue.Lease{{JobID: 1, Gen: 1}}); err != nil {
+	if err := store.RecordLeaseEvents(ctx, db.Pool, queue.EventExpiredHolderAlive, "w", "test", []queue.Lease{{JobID: 1, Gen: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := db.Pool.Exec(ctx, `INSERT INTO fenceq_outbox (topic, dedupe_key, available_at)

@@ -34,6 +34,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/fenceq/fenceq/internal/store"
 	"github.com/fenceq/fenceq/queue"
 )
 
@@ -202,7 +203,7 @@ func Claim(ctx context.Context, tx pgx.Tx, p ClaimParams) (*ClaimResult, error) 
 			return nil, fmt.Errorf("%s: %w", what, err)
 		}
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
-			if queue.PgCode(err) == queue.CodeLockNotAvailable {
+			if store.PgCode(err) == store.CodeLockNotAvailable {
 				return nil, fmt.Errorf("%s: waited %s for the owner's transaction: %w", what, p.Wait, ErrKeyInFlight)
 			}
 			return nil, fmt.Errorf("%s: %w", what, err)
@@ -252,7 +253,7 @@ func takeOver(ctx context.Context, tx pgx.Tx, p ClaimParams) (*Record, error) {
 		return nil, err
 	}
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		if queue.PgCode(err) == queue.CodeLockNotAvailable {
+		if store.PgCode(err) == store.CodeLockNotAvailable {
 			return nil, fmt.Errorf("waited %s for a concurrent takeover: %w", p.Wait, ErrKeyInFlight)
 		}
 		return nil, err
@@ -264,7 +265,7 @@ func takeOver(ctx context.Context, tx pgx.Tx, p ClaimParams) (*Record, error) {
 // restoring the transaction's previous value, all in the same batch: the previous value
 // is kept in a transaction-local custom setting.
 //
-// On a Citus coordinator (queue.Distributed) the wait must bound the lock taken on the
+// On a Citus coordinator (store.Distributed) the wait must bound the lock taken on the
 // worker node that holds the table, and set_config() reaches only the coordinator: there
 // the settings are changed with SET LOCAL, which Citus passes on to the transaction's
 // worker connections while citus.propagate_set_commands is 'local'. SET takes no
@@ -274,7 +275,7 @@ func queueWithWait(ctx context.Context, tx pgx.Tx, b *pgx.Batch, wait time.Durat
 		body(b)
 		return nil
 	}
-	dist, err := queue.Distributed(ctx, tx)
+	dist, err := store.Distributed(ctx, tx)
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fenceq/fenceq/fenceqtest"
+	"github.com/fenceq/fenceq/internal/store"
 	"github.com/fenceq/fenceq/migrations"
 	"github.com/fenceq/fenceq/queue"
 )
@@ -51,24 +52,24 @@ INSERT INTO fenceq_jobs (kind, unique_key, state, finished_at) VALUES
 		switch {
 		case key == nil && mask != nil:
 			t.Fatalf("job without a key got unique_states %d", *mask)
-		case key != nil && (mask == nil || !slices.Equal(queue.StateMask(*mask).States(), queue.UnfinishedStates())):
+		case key != nil && (mask == nil || !slices.Equal(store.StateMask(*mask).States(), queue.UnfinishedStates())):
 			t.Fatalf("job with key %q: unique_states %v, want the unfinished states", *key, mask)
 		}
 	}
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
-	held, err := queue.Insert(ctx, db.Pool, queue.InsertParams{Kind: "k", UniqueKey: "held"})
+	held, err := store.Insert(ctx, db.Pool, store.InsertParams{Kind: "k", UniqueKey: "held"})
 	if err != nil || !held.Existing || held.Job.State != queue.StateAvailable || held.Job.ID != 1 {
 		t.Fatalf("insert with the held key: %+v %v; want the available job 1 back", held, err)
 	}
-	free, err := queue.Insert(ctx, db.Pool, queue.InsertParams{Kind: "k", UniqueKey: "free"})
+	free, err := store.Insert(ctx, db.Pool, store.InsertParams{Kind: "k", UniqueKey: "free"})
 	if err != nil || free.Existing {
 		t.Fatalf("insert with a key only a finished job had: %+v %v; want a new job", free, err)
 	}
 	// The database itself still refuses a second unfinished holder.
 	_, err = db.Pool.Exec(ctx, `INSERT INTO fenceq_jobs (kind, unique_key, unique_states) VALUES ('k', 'held', 15)`)
-	if !queue.IsUniqueViolation(err, "fenceq_jobs_unique_key_idx") {
+	if !store.IsUniqueViolation(err, "fenceq_jobs_unique_key_idx") {
 		t.Fatalf("a second holder of key held: %v, want a unique violation", err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/fenceq/fenceq/internal/store"
 	"github.com/fenceq/fenceq/queue"
 )
 
@@ -36,7 +37,7 @@ func write(ctx context.Context, db queue.DBTX, op string, id int64, l queue.Leas
 		// Recorded with db: kept when db is a pool; a caller's transaction that rolls
 		// back loses it, but there the fence of the job's fenced transaction has
 		// recorded it already.
-		if rerr := queue.RecordStaleWrite(ctx, db, l, op+" outbox row"); rerr != nil {
+		if rerr := store.RecordStaleWrite(ctx, db, l, op+" outbox row"); rerr != nil {
 			return 0, errors.Join(lost, rerr)
 		}
 		return 0, lost

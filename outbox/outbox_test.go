@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fenceq/fenceq/fenceqtest"
+	"github.com/fenceq/fenceq/internal/store"
 	"github.com/fenceq/fenceq/queue"
 )
 
@@ -60,7 +61,7 @@ func (b *testBundle) insertOutbox(t *testing.T, key string, maxAttempts int) *In
 
 func (b *testBundle) claimOutbox(t *testing.T, worker string, lease time.Duration) *queue.JobRow {
 	t.Helper()
-	jobs, err := queue.Claim(b.ctx, b.db.Pool, queue.ClaimParams{Queue: Queue, WorkerID: worker, Limit: 1, Lease: lease})
+	jobs, err := store.Claim(b.ctx, b.db.Pool, store.ClaimParams{Queue: Queue, WorkerID: worker, Limit: 1, Lease: lease})
 	if err != nil || len(jobs) != 1 {
 		t.Fatalf("claim delivery job: %v (%d jobs)", err, len(jobs))
 	}
@@ -87,7 +88,7 @@ func TestOutboxRelayWritesAreFenced(t *testing.T) {
 	if jobA.ID != res.DeliveryJobID {
 		t.Fatalf("claimed job %d, want delivery job %d", jobA.ID, res.DeliveryJobID)
 	}
-	leaseA := queue.LeaseOf(jobA)
+	leaseA := store.LeaseOf(jobA)
 	attempt, err := beginAttempt(b.ctx, b.db.Pool, res.ID, leaseA)
 	if err != nil || attempt != 1 {
 		t.Fatalf("A begins attempt: %d %v", attempt, err)
@@ -99,11 +100,11 @@ func TestOutboxRelayWritesAreFenced(t *testing.T) {
 
 	// A pauses past its lease; the reaper revokes it and B claims a newer generation.
 	b.expire(t, jobA.ID)
-	if revs, err := queue.Reap(b.ctx, b.db.Pool, queue.ReapParams{HolderFresh: time.Minute}); err != nil || len(revs) != 1 {
+	if revs, err := store.Reap(b.ctx, b.db.Pool, store.ReapParams{HolderFresh: time.Minute}); err != nil || len(revs) != 1 {
 		t.Fatalf("reap: %v %+v", err, revs)
 	}
 	jobB := b.claimOutbox(t, "B", time.Minute)
-	leaseB := queue.LeaseOf(jobB)
+	leaseB := store.LeaseOf(jobB)
 	if jobB.ID != jobA.ID || leaseB.Gen <= leaseA.Gen {
 		t.Fatalf("B claimed %d gen %d after A's gen %d", jobB.ID, leaseB.Gen, leaseA.Gen)
 	}
@@ -125,7 +126,7 @@ func TestOutboxRelayWritesAreFenced(t *testing.T) {
 	if _, err := beginAttempt(b.ctx, b.db.Pool, res.ID, leaseB); err != nil {
 		t.Fatalf("B begins attempt: %v", err)
 	}
-	err = queue.WithLease(b.ctx, b.db.Pool, leaseB, queue.LeaseTx{Complete: true}, func(ctx context.Context, tx pgx.Tx) error {
+	err = store.WithLease(b.ctx, b.db.Pool, leaseB, store.LeaseTx{Complete: true}, func(ctx context.Context, tx pgx.Tx) error {
 		return markDelivered(ctx, tx, res.ID, leaseB)
 	})
 	if err != nil {
@@ -138,11 +139,11 @@ func TestOutboxRelayWritesAreFenced(t *testing.T) {
 	}
 	// A delivered row is final: a second mark under a live lease is a wrong state, not
 	// a second delivery.
-	if _, err := queue.RequeueJob(b.ctx, b.db.Pool, jobA.ID); err != nil {
+	if _, err := store.RequeueJob(b.ctx, b.db.Pool, jobA.ID); err != nil {
 		t.Fatal(err)
 	}
 	jobC := b.claimOutbox(t, "C", time.Minute)
-	if err := markDelivered(b.ctx, b.db.Pool, res.ID, queue.LeaseOf(jobC)); !errors.Is(err, ErrWrongState) {
+	if err := markDelivered(b.ctx, b.db.Pool, res.ID, store.LeaseOf(jobC)); !errors.Is(err, ErrWrongState) {
 		t.Fatalf("mark a delivered row again: %v, want ErrWrongState", err)
 	}
 }
@@ -159,7 +160,7 @@ func TestOutboxOrphanFailRetryAndStats(t *testing.T) {
 		t.Fatalf("claimed %d, want %d", job.ID, res.DeliveryJobID)
 	}
 	b.expire(t, job.ID)
-	revs, err := queue.Reap(b.ctx, b.db.Pool, queue.ReapParams{HolderFresh: time.Minute})
+	revs, err := store.Reap(b.ctx, b.db.Pool, store.ReapParams{HolderFresh: time.Minute})
 	if err != nil || len(revs) != 1 || revs[0].State != queue.StateDiscarded {
 		t.Fatalf("reap: %v %+v", err, revs)
 	}
@@ -225,8 +226,8 @@ func TestOutboxOrphanFailRetryAndStats(t *testing.T) {
 	if newJob == nil {
 		t.Fatalf("new delivery job %d was not claimed", *r.DeliveryJobID)
 	}
-	err = queue.WithLease(b.ctx, b.db.Pool, queue.LeaseOf(newJob), queue.LeaseTx{}, func(ctx context.Context, tx pgx.Tx) error {
-		return markFailed(ctx, tx, res.ID, queue.LeaseOf(newJob), "550 no such user")
+	err = store.WithLease(b.ctx, b.db.Pool, store.LeaseOf(newJob), store.LeaseTx{}, func(ctx context.Context, tx pgx.Tx) error {
+		return markFailed(ctx, tx, res.ID, store.LeaseOf(newJob), "550 no such user")
 	})
 	if err != nil {
 		t.Fatalf("mark failed: %v", err)
@@ -245,7 +246,7 @@ func TestOutboxOrphanFailRetryAndStats(t *testing.T) {
 	if o := b.outbox(t, res.ID); o.State != StateFailed || o.DeliveryJobID == nil || *o.DeliveryJobID != newJob.ID {
 		t.Fatalf("row after the refused retry: %+v", o)
 	}
-	if _, err := queue.Fail(b.ctx, b.db.Pool, queue.LeaseOf(newJob), queue.FailParams{Err: "550", Discard: true}); err != nil {
+	if _, err := store.Fail(b.ctx, b.db.Pool, store.LeaseOf(newJob), store.FailParams{Err: "550", Discard: true}); err != nil {
 		t.Fatal(err)
 	}
 	r, err = Retry(b.ctx, b.db.Pool, res.ID)
@@ -261,14 +262,14 @@ func TestOutboxRowReportsTheLiveLeaseExpiry(t *testing.T) {
 	b := setup(t)
 	res := b.insertOutbox(t, "live-lease", 3)
 	job := b.claimOutbox(t, "R", 2*time.Second)
-	if _, err := beginAttempt(b.ctx, b.db.Pool, res.ID, queue.LeaseOf(job)); err != nil {
+	if _, err := beginAttempt(b.ctx, b.db.Pool, res.ID, store.LeaseOf(job)); err != nil {
 		t.Fatal(err)
 	}
 	first := b.outbox(t, res.ID).LeaseExpiresAt
 	if first == nil {
 		t.Fatal("no lease expiry on a row being delivered")
 	}
-	hb, err := queue.Heartbeat(b.ctx, b.db.Pool, "R", []queue.Lease{queue.LeaseOf(job)}, time.Hour)
+	hb, err := store.Heartbeat(b.ctx, b.db.Pool, "R", []queue.Lease{store.LeaseOf(job)}, time.Hour)
 	if err != nil || len(hb.Renewed) != 1 {
 		t.Fatalf("heartbeat: %+v %v", hb, err)
 	}
@@ -276,7 +277,7 @@ func TestOutboxRowReportsTheLiveLeaseExpiry(t *testing.T) {
 	if renewed == nil || !renewed.After(first.Add(30*time.Minute)) {
 		t.Fatalf("lease expiry after a one-hour renewal: %v (was %v)", renewed, first)
 	}
-	if err := queue.Complete(b.ctx, b.db.Pool, queue.LeaseOf(job)); err != nil {
+	if err := store.Complete(b.ctx, b.db.Pool, store.LeaseOf(job)); err != nil {
 		t.Fatal(err)
 	}
 	if got := b.outbox(t, res.ID).LeaseExpiresAt; got != nil {

@@ -123,7 +123,7 @@ type RelayConfig struct {
 	// Timeout bounds one delivery attempt (the handler's context). Defaults to 2m.
 	Timeout time.Duration
 	// Backoff overrides the worker's retry policy for delivery jobs.
-	Backoff *fenceq.Backoff
+	Backoff *queue.Backoff
 	// WriteTimeout bounds the fenced writes made after the delivery (delivered, failed,
 	// attempt error). Defaults to 10s.
 	WriteTimeout time.Duration

@@ -1,27 +1,9 @@
 package queue
 
-import (
-	"context"
-	"errors"
-	"fmt"
-	"time"
+import "time"
 
-	"github.com/jackc/pgx/v5"
-)
-
-// GetJob returns one job, or ErrNotFound.
-func GetJob(ctx context.Context, db DBTX, id int64) (*JobRow, error) {
-	j, err := scanJob(db.QueryRow(ctx, sqlGetJob, id))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("job %d: %w", id, ErrNotFound)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("get job %d: %w", id, err)
-	}
-	return j, nil
-}
-
-// ListParams filters ListJobs and ListJobsPage; empty fields match everything.
+// ListParams filters fenceq.ListJobs and the bulk actions (fenceq.RetryJobs, ...); empty
+// fields match everything.
 type ListParams struct {
 	State State
 	Queue string
@@ -42,11 +24,11 @@ type ListParams struct {
 	BeforeID int64
 	// Limit defaults to 100.
 	Limit int
-	// ScanLimit, when positive, bounds how many jobs ListJobsPage examines, newest
+	// ScanLimit, when positive, bounds how many jobs fenceq.ListJobs examines, newest
 	// first from BeforeID, to apply a filter that no index serves (queue, kind, args,
 	// and every state but running): a page then costs the same however rare the matches
 	// are, and JobPage.Next continues the search below the jobs examined. Zero examines
-	// as many as it takes. ListJobs ignores it.
+	// as many as it takes. The bulk actions ignore it.
 	ScanLimit int
 }
 
@@ -57,7 +39,7 @@ const DefaultLiveWithin = 2 * time.Minute
 // MaxArgsSearchLen bounds ListParams.Args.
 const MaxArgsSearchLen = 200
 
-// JobPage is one page of ListJobsPage, newest first.
+// JobPage is one page of fenceq.ListJobs, newest first.
 type JobPage struct {
 	Jobs []*JobRow `json:"jobs"`
 	// Next is the BeforeID of the next, older page; 0 when no older job can match.
@@ -68,167 +50,6 @@ type JobPage struct {
 	Searched bool `json:"searched"`
 }
 
-func (p *ListParams) validate() error {
-	if p.State != "" && !p.State.Valid() {
-		return invalid("state", "%q is not a job state (want one of %v)", p.State, jobStates)
-	}
-	if p.BeforeID < 0 {
-		return invalid("before_id", "%d is negative", p.BeforeID)
-	}
-	if p.ScanLimit < 0 {
-		return invalid("scan_limit", "%d is negative", p.ScanLimit)
-	}
-	if len(p.Args) > MaxArgsSearchLen {
-		return invalid("args", "search text is %d bytes, longer than %d", len(p.Args), MaxArgsSearchLen)
-	}
-	if p.Args != "" && p.Args != StorableText(p.Args, len(p.Args)) {
-		return invalid("args", "search text must be valid UTF-8 without NUL bytes")
-	}
-	if p.Tag != "" {
-		if err := ValidateName("tag", p.Tag, MaxTagLen); err != nil {
-			return err
-		}
-	}
-	if p.LiveWithin < 0 {
-		return invalid("live_within", "%s is negative", p.LiveWithin)
-	}
-	if p.LiveWithin == 0 {
-		p.LiveWithin = DefaultLiveWithin
-	}
-	if p.Limit <= 0 {
-		p.Limit = 100
-	}
-	return nil
-}
-
-// filtered reports whether a filter applies that no index serves in id order.
-func (p *ListParams) filtered() bool {
-	return p.Queue != "" || p.Kind != "" || p.Args != "" || p.Tag != "" || p.UnknownKinds ||
-		(p.State != "" && p.State != StateRunning)
-}
-
-// ListJobs returns the newest jobs matching the filter (older than BeforeID, when set).
-func ListJobs(ctx context.Context, db DBTX, p ListParams) ([]*JobRow, error) {
-	p.ScanLimit = 0
-	page, err := ListJobsPage(ctx, db, p)
-	if err != nil {
-		return nil, err
-	}
-	return page.Jobs, nil
-}
-
-// ListJobsPage returns one page of the newest jobs matching the filter, with the
-// position of the next page. Pages are keyset pages on the id (never OFFSET). With
-// ScanLimit, a filter examines at most that many jobs (see ListParams.ScanLimit);
-// running jobs are always listed from their own index, however many jobs there are.
-//
-// Each call is planned for its arguments, so that a state filter meets the partial
-// index of that state.
-func ListJobsPage(ctx context.Context, db DBTX, p ListParams) (*JobPage, error) {
-	if err := p.validate(); err != nil {
-		return nil, err
-	}
-	windowed := p.ScanLimit > 0 && p.filtered()
-	args := []any{customPlan, string(p.State), p.Queue, p.Kind, p.Limit + 1, p.BeforeID, p.Args}
-	if windowed {
-		args = append(args, p.ScanLimit)
-	}
-	extra, args := listExtra(&p, args)
-	sql := listJobsSQL(extra)
-	if windowed {
-		sql = listJobsWindowSQL(extra)
-	}
-	rows, err := db.Query(ctx, sql, args...)
-	if err != nil {
-		return nil, fmt.Errorf("list jobs: %w", err)
-	}
-	jobs, err := collectJobs(rows)
-	if err != nil {
-		return nil, fmt.Errorf("list jobs: %w", err)
-	}
-	page := &JobPage{Jobs: jobs}
-	if len(jobs) > p.Limit {
-		page.Jobs = jobs[:p.Limit]
-		page.Next = page.Jobs[p.Limit-1].ID
-		return page, nil
-	}
-	if !windowed {
-		return page, nil
-	}
-	// A short page: the window was used up, or no job older than it exists.
-	var lowest *int64
-	var examined int
-	if err := db.QueryRow(ctx, sqlJobsWindowEnd, customPlan, p.BeforeID, p.ScanLimit).Scan(&lowest, &examined); err != nil {
-		return nil, fmt.Errorf("list jobs: end of the search window: %w", err)
-	}
-	if examined == p.ScanLimit && lowest != nil && *lowest > 1 {
-		page.Next, page.Searched = *lowest, true
-	}
-	return page, nil
-}
-
-// CountUnknownKinds counts the jobs ListParams.UnknownKinds lists: waiting jobs that no
-// worker serving their queue and heartbeating within liveWithin (0: DefaultLiveWithin)
-// has a handler for.
-func CountUnknownKinds(ctx context.Context, db DBTX, liveWithin time.Duration) (int64, error) {
-	if liveWithin <= 0 {
-		liveWithin = DefaultLiveWithin
-	}
-	var n int64
-	if err := db.QueryRow(ctx, sqlCountUnknownKinds, micros(liveWithin)).Scan(&n); err != nil {
-		return 0, fmt.Errorf("count jobs of unknown kinds: %w", err)
-	}
-	return n, nil
-}
-
-// adminWrite runs an operator statement on one job and explains a miss: ErrNotFound for an
-// unknown id, ErrWrongState when the job exists but the action does not apply.
-func adminWrite(ctx context.Context, db DBTX, op string, id int64, sql string, args ...any) (*JobRow, error) {
-	j, err := scanJob(db.QueryRow(ctx, sql, append([]any{id}, args...)...))
-	if err == nil {
-		return j, nil
-	}
-	if IsUniqueViolation(err, uniqueIndex) {
-		// Back in an unfinished state, the job would hold its unique key again, but
-		// another job holds it now.
-		cur, gerr := GetJob(ctx, db, id)
-		if gerr != nil {
-			return nil, fmt.Errorf("%s: %w", op, gerr)
-		}
-		return nil, fmt.Errorf("%s job %d: it is %s and another job now holds its unique key %q: %w",
-			op, id, cur.State, derefString(cur.UniqueKey), ErrWrongState)
-	}
-	if !errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("%s job %d: %w", op, id, err)
-	}
-	cur, gerr := GetJob(ctx, db, id)
-	if gerr != nil {
-		return nil, fmt.Errorf("%s: %w", op, gerr)
-	}
-	return nil, fmt.Errorf("%s job %d: it is %s: %w", op, id, cur.State, ErrWrongState)
-}
-
-// RetryJob makes a scheduled, retryable or finished job available now.
-func RetryJob(ctx context.Context, db DBTX, id int64) (*JobRow, error) {
-	return adminWrite(ctx, db, "retry", id, sqlRetryJob)
-}
-
-// CancelJob cancels a job that has not finished. If it is running, its lease is revoked
-// (generation bumped, revoked event recorded): the holder's writes are rejected from then
-// on, and its context is cancelled at its next heartbeat.
-func CancelJob(ctx context.Context, db DBTX, id int64, reason string) (*JobRow, error) {
-	if reason == "" {
-		reason = "cancelled by operator"
-	}
-	return adminWrite(ctx, db, "cancel", id, sqlCancelJob, reason)
-}
-
-// RequeueJob forces a job of any state back to available now, revoking the lease of a
-// running job by bumping its generation.
-func RequeueJob(ctx context.Context, db DBTX, id int64) (*JobRow, error) {
-	return adminWrite(ctx, db, "requeue", id, sqlRequeueJob)
-}
-
 // QueueInfo is one queue: its settings and job counts by state.
 type QueueInfo struct {
 	Name   string          `json:"name"`
@@ -236,47 +57,17 @@ type QueueInfo struct {
 	Counts map[State]int64 `json:"counts"`
 }
 
-// SetQueuePaused pauses or resumes a queue. Workers claim nothing from a paused queue;
-// jobs already running continue.
-func SetQueuePaused(ctx context.Context, db DBTX, name string, paused bool) error {
-	if err := ValidateQueue(name); err != nil {
-		return err
-	}
-	if _, err := db.Exec(ctx, sqlSetQueuePaused, name, paused); err != nil {
-		return fmt.Errorf("set queue %q paused=%v: %w", name, paused, err)
-	}
-	return nil
-}
-
-// ListQueues returns every queue that has settings or jobs.
-func ListQueues(ctx context.Context, db DBTX) ([]QueueInfo, error) {
-	rows, err := db.Query(ctx, sqlListQueues)
-	if err != nil {
-		return nil, fmt.Errorf("list queues: %w", err)
-	}
-	defer rows.Close()
-	var out []QueueInfo
-	for rows.Next() {
-		var q QueueInfo
-		var counts map[string]int64
-		if err := rows.Scan(&q.Name, &q.Paused, &counts); err != nil {
-			return nil, fmt.Errorf("list queues: %w", err)
-		}
-		q.Counts = make(map[State]int64, len(counts))
-		for k, v := range counts {
-			q.Counts[State(k)] = v
-		}
-		out = append(out, q)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("list queues: %w", err)
-	}
-	return out, nil
-}
-
-func derefString(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
+// WorkerInfo is one row of fenceq_workers plus what the database derives from it.
+type WorkerInfo struct {
+	ID     string   `json:"id"`
+	Host   string   `json:"host"`
+	PID    int      `json:"pid"`
+	Queues []string `json:"queues"`
+	// Kinds are the job kinds the worker has handlers for: the only ones it claims.
+	Kinds       []string  `json:"kinds"`
+	StartedAt   time.Time `json:"started_at"`
+	HeartbeatAt time.Time `json:"heartbeat_at"`
+	// HeartbeatAge is now() - heartbeat_at by the database's clock.
+	HeartbeatAge time.Duration `json:"heartbeat_age"`
+	RunningJobs  int64         `json:"running_jobs"`
 }

@@ -1,84 +1,38 @@
-// Package queue is fenceq's engine: every statement that enqueues, claims, renews,
-// fences, finishes, reaps and prunes jobs in PostgreSQL. It imports pgx and nothing of
-// fenceq's root package; the root package's Worker drives it.
+// Package queue is fenceq's data model: the types that the root package fenceq, the
+// operator API, the dashboard and the test helpers share, as River's rivertype is for
+// River. It defines what a job row, a lease, a job state, a schedule and a queue are,
+// the limits and validators of what may be stored, and the sentinel errors every fenceq
+// call returns. It runs no SQL: the functions that read and write these rows are in the
+// root package (Enqueue, GetJob, ListJobs, CancelJob, PauseQueue, ...).
 //
-// # Leases and generations
+// # Errors
 //
-// A job is worked under a lease named by (job id, lease_gen). lease_gen is a fencing
-// token: it grows by one on every claim and on every revocation (reaper, operator
-// requeue or cancel of a running job). Every write a holder makes for a job —
-// heartbeat, completion, failure, snooze, cancel, release, and the rows of its fenced
-// transaction — carries "id = $1 AND lease_gen = $2 AND state = 'running'" in the same
-// statement or transaction as the write, so the database, not the holder, decides
-// whether the lease is still held. A write that matches nothing returns ErrLeaseLost
-// and leaves a stale_write_rejected row in fenceq_lease_events.
+// Compare with errors.Is: ErrLeaseLost (a write under a lease that is no longer held was
+// rejected by the database; nothing was written), ErrNotFound, ErrExists, ErrWrongState
+// (an operator action that does not apply to the job's state) and ErrInvalid, which
+// every *ValidationError matches; a ValidationError names the field that was wrong.
 //
-// # State machine
+// # Job states
 //
-//	Insert, run_at > now() ───> scheduled ──PromoteDue──┐
-//	Insert, run_at <= now() ────────────────────────────┴──> available <──────────┐
-//	                                                            │                  │
-//	                         Claim: lease_gen+1, attempt+1,     │                  │
-//	                         lease_expires_at = now() + lease   │                  │
-//	                                                            v                  │
-//	retryable ──PromoteDue──> available                      running ──────────────┤
-//	    ^                                                       │  Release (same   │
-//	    │                                                       │  gen, attempt-1) │
-//	    └──────────── Fail, attempts left ──────────────────────┤                  │
-//	                                                            │  Reap, expired:  │
-//	scheduled <────── Snooze(d > 0) ────────────────────────────┤  lease_gen+1 ────┘
-//	completed <────── Complete, CompleteMany, WithLease ────────┤  (discarded when
-//	discarded <────── Fail, no attempts left or Discard ────────┤   no attempts left)
-//	cancelled <────── Cancel ───────────────────────────────────┘
+//	enqueue, run_at in the future ──> scheduled ──(run_at passes)──┐
+//	enqueue, due now ───────────────────────────────────────────────┴──> available
+//	available ──(a worker claims it: lease_gen+1)──> running
+//	running ──> completed | retryable (failed, attempts left) | discarded | cancelled
+//	running ──> available (lease expired and revoked, or released at shutdown)
+//	running ──> scheduled (snoozed)
+//	retryable ──(run_at passes)──> available
 //
-// Every arrow leaving running is a compare-and-set on (id, lease_gen, state =
-// 'running'). WithLease completes the job only with LeaseTx{Complete: true}; Snooze(0)
-// makes the job available at once. completed, discarded and cancelled are final
-// (finished_at is set); RetryJob makes a final, scheduled or retryable job available
-// now. RequeueJob (any state) and CancelJob (any unfinished state) on a running job bump
-// lease_gen, revoking the holder's lease in the same statement and recording a revoked
-// lease event.
+// completed, discarded and cancelled are final (FinalStates). An operator's RetryJob
+// makes a final, scheduled or retryable job available again; RequeueJob and CancelJob on
+// a running job revoke its lease in the same statement. Scheduled and retryable jobs
+// become available when the worker's promotion pass finds them due, which runs every
+// fenceq.Config.ReaperInterval (5 s by default), so a run_at, a retry's backoff and a
+// snooze are honoured to within that interval.
 //
-// # The fenced transaction
+// # Leases
 //
-// WithLease runs a caller's writes in one short transaction fenced by the lease; with
-// LeaseTx{Complete: true} the job's completion commits in the same transaction, so a
-// handler's results, its outbox rows and its completion commit together or not at all.
-// The transaction first locks the job row with
-// "SELECT … WHERE id = $1 AND lease_gen = $2 AND state = 'running' FOR UPDATE". No
-// row means the lease is gone: roll back, ErrLeaseLost. A row means the lock keeps the
-// reaper (which uses SKIP LOCKED and compare-and-set on the generation it read) and
-// every other writer out until COMMIT, so a pause between the check and the write
-// cannot be exploited: the transaction wins or loses as a whole.
-//
-// # Liveness
-//
-// Heartbeat renews every lease of a process in one statement, skipping (not waiting for)
-// rows locked by a concurrent fenced commit. The reaper revokes leases whose
-// lease_expires_at < now() — the database's clock, never a worker's — so a job whose
-// holder stopped heartbeating is offered again within the lease plus the reaper
-// interval, and a job whose holder keeps heartbeating keeps its lease however long it
-// runs. When the revoked holder still heartbeats its fenceq_workers row, or later finds
-// its expired lease revoked while still running the job, an expired_holder_alive event
-// is recorded: a paused or stuck process, the alert condition.
-//
-// # Times
-//
-// # Periodic schedules
-//
-// fenceq_periodic holds the schedules; last_slot says up to which instant every slot is
-// decided. A scheduling pass (fenceq's Worker runs one every PeriodicInterval) is one
-// transaction: LockPeriodicClock locks the one row of fenceq_periodic_clock, which
-// serializes passes across workers without electing a leader; ReadDuePeriodic reads
-// clock_timestamp() and the schedules; for each, EnqueuePeriodic moves last_slot with a
-// compare-and-set (from the value read, on the definition read) and inserts the slots'
-// jobs in the same statement; TouchPeriodicClock records the pass. A slot is enqueued
-// once because last_slot only grows and the job insert commits with it, whether or not
-// an earlier job of the slot still exists (a unique key would hold only while that job
-// is unfinished). The session's idle_in_transaction_session_timeout, set by the lock,
-// disconnects a pass paused mid-transaction so that it cannot hold the lock.
-//
-// All decisions use now() in SQL; durations are passed as microseconds. The one time
-// that comes from Go is an absolute InsertParams.RunAt an application asks for. Workers
-// use monotonic time only for their own local lease deadline.
+// A running job is held under a Lease: its id, the lease generation its claim produced
+// (a fencing token that grows with every claim and every revocation) and the holder's
+// worker id. The database checks the generation on every write made under the lease, so
+// a holder that was paused past its lease and replaced can write nothing.
 package queue

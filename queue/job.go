@@ -7,23 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgtype"
 )
-
-// customPlan, passed as a query's first argument, has pgx send the statement unnamed
-// (only its description is cached), so PostgreSQL plans every execution for its
-// parameters and for the table as it is now. A named prepared statement switches to a
-// generic plan after five executions and keeps it until the table is next analyzed or
-// vacuumed: planned while fenceq_jobs was small (a fresh schema), claims and completions
-// would keep sequential scans as the table grows.
-//
-// It is used where planning is paid once per batch or per period: claims, heartbeats,
-// batched completions and the maintenance statements. The single-row statements of
-// each job (the fenced writes, the fenced transaction's lock and completion) stay
-// prepared by name, because planning them on every execution costs more than it saves
-// on the path every job takes. Their generic plans are right once the table has been
-// analyzed or vacuumed at a realistic size, which autovacuum does.
-const customPlan = pgx.QueryExecModeCacheDescribe
 
 // DBTX is what the queue functions need from a connection: a *pgxpool.Pool, a *pgx.Conn
 // and a pgx.Tx all satisfy it. Passing a transaction makes the call part of it.
@@ -94,131 +78,65 @@ type JobRow struct {
 	Tags []string `json:"tags,omitempty"`
 }
 
-// LeaseOf returns the lease the row records: its id, its generation and its holder. It
-// names a lease that is held only while the row is running.
-func LeaseOf(j *JobRow) Lease {
-	l := Lease{JobID: j.ID, Gen: j.LeaseGen}
-	if j.LeasedBy != nil {
-		l.Holder = *j.LeasedBy
-	}
-	return l
+// Defaults applied by fenceq.Enqueue and fenceq.EnqueueMany to zero-valued options.
+const (
+	DefaultQueue       = "default"
+	DefaultPriority    = 1
+	DefaultMaxAttempts = 25
+)
+
+// InsertResult is the outcome of fenceq.Enqueue.
+type InsertResult struct {
+	Job *JobRow
+	// Existing is true when the job's unique key is held by another job (then Job is
+	// that job) and no row was inserted.
+	Existing bool
 }
 
-const jobColumns = `id, queue, kind, args, state, priority, run_at, attempt, max_attempts,
-	lease_gen, leased_by, heartbeat_at, lease_expires_at, attempted_at, unique_key, errors,
-	created_at, finished_at, metadata, output, unique_states, NULLIF(tags, '{}'::text[])`
-
-func scanJob(row pgx.Row) (*JobRow, error) {
-	var j JobRow
-	var state string
-	var args, errs, meta, output []byte
-	var mask *int16
-	err := row.Scan(&j.ID, &j.Queue, &j.Kind, &args, &state, &j.Priority, &j.RunAt, &j.Attempt,
-		&j.MaxAttempts, &j.LeaseGen, &j.LeasedBy, &j.HeartbeatAt, &j.LeaseExpiresAt, &j.AttemptedAt,
-		&j.UniqueKey, &errs, &j.CreatedAt, &j.FinishedAt, &meta, &output, &mask, &j.Tags)
-	if err != nil {
-		return nil, err
-	}
-	if mask != nil {
-		j.UniqueStates = StateMask(*mask).States()
-	}
-	j.State = State(state)
-	j.EncodedArgs = json.RawMessage(args)
-	j.Metadata = json.RawMessage(meta)
-	if output != nil {
-		j.Output = json.RawMessage(output)
-	}
-	if len(errs) > 2 {
-		if err := json.Unmarshal(errs, &j.Errors); err != nil {
-			return nil, err
-		}
-	}
-	return &j, nil
+// UniqueOpts makes a job unique by more than one explicit key: by its args, by period,
+// by queue, and in a chosen set of states. The zero value adds nothing.
+//
+// The key a job holds is computed from its kind and the chosen parts (a SHA-256 of
+// their canonical JSON, and the start of the period) and stored in unique_key; the
+// states are stored beside it as a mask. A unique index admits one job per key among
+// the jobs whose state is in their own mask, and every insert targets it with ON
+// CONFLICT DO NOTHING: the database decides, race-free, for single inserts and for
+// COPY batches alike (duplicates inside one batch included).
+type UniqueOpts struct {
+	// ByArgs makes the job's args part of its key: all of them, or, when ArgsFields is
+	// set, only those top-level fields. Args are compared as canonical JSON (object keys
+	// sorted), so field order and spacing do not matter.
+	ByArgs bool
+	// ArgsFields, with ByArgs, names the top-level JSON fields of the args that make the
+	// key; a field absent from the args counts as absent. The root package fills it
+	// from the fields of the args struct tagged `unique:"true"`.
+	ArgsFields []string
+	// ByPeriod, when set, allows one job per period: the job's run_at (RunAt, or the
+	// database's now() plus RunIn) truncated to a multiple of the period since the Unix
+	// epoch, by the database's clock. At least one second.
+	ByPeriod time.Duration
+	// ByQueue makes the queue part of the key: the same job may wait once per queue.
+	ByQueue bool
+	// ByState lists the states in which a job holds its key. It must include every
+	// unfinished state (UnfinishedStates) and may add final ones: with StateCompleted,
+	// a completed job keeps holding its key (until retention deletes it). Nil means the
+	// unfinished states.
+	ByState []State
 }
 
-// claimedColumns are what a claim returns: the columns a claim did not just set. The
-// rest (queue, state, leased_by, heartbeat_at, finished_at) follow from the claim, and
-// errors comes back only when there are any, so that scanning a claimed row costs one
-// allocation besides its args.
-const claimedColumns = `id, kind, args, priority, run_at, attempt, max_attempts, lease_gen,
-	lease_expires_at, attempted_at, unique_key, NULLIF(errors, '[]'::jsonb), created_at,
-	NULLIF(metadata, '{}'::jsonb), unique_states, NULLIF(tags, '{}'::text[])`
-
-// emptyObject is the metadata of a claimed job that has none: the claim returns
-// metadata only when there is some, like errors.
-var emptyObject = json.RawMessage("{}")
-
-// claimedRow holds a claimed job's row together with the values its pointer fields
-// point to, so that each claimed job is one allocation (besides its args).
-type claimedRow struct {
-	row       JobRow
-	leasedBy  string
-	heartbeat time.Time
-	expires   time.Time
-	attempted time.Time
+// IsZero reports whether u adds nothing.
+func (u UniqueOpts) IsZero() bool {
+	return !u.ByArgs && len(u.ArgsFields) == 0 && u.ByPeriod == 0 && !u.ByQueue && u.ByState == nil
 }
 
-// collectClaimed reads the rows of a claim of queue by worker (see claimedColumns).
-func collectClaimed(rows pgx.Rows, queue, worker string, limit int) ([]*JobRow, error) {
-	defer rows.Close()
-	out := make([]*JobRow, 0, limit)
-	kinds := map[string]string{} // one string per kind, not per job
-	// One set of scan targets for every row: a Scan call with the fields of each new
-	// row as targets would allocate its argument list per row.
-	var (
-		r         JobRow
-		kind      pgtype.DriverBytes
-		expires   time.Time
-		attempted time.Time
-		errs      []byte
-		mask      *int16
-	)
-	dest := []any{&r.ID, &kind, (*[]byte)(&r.EncodedArgs), &r.Priority, &r.RunAt, &r.Attempt, &r.MaxAttempts,
-		&r.LeaseGen, &expires, &attempted, &r.UniqueKey, &errs, &r.CreatedAt, (*[]byte)(&r.Metadata), &mask, &r.Tags}
-	for rows.Next() {
-		// Scanned as bytes: into a json.RawMessage, pgx would run json.Unmarshal on it.
-		r.EncodedArgs, r.UniqueKey, r.Metadata, r.Tags, errs, mask = nil, nil, nil, nil, nil, nil
-		if err := rows.Scan(dest...); err != nil {
-			return nil, err
-		}
-		r.UniqueStates = nil
-		if mask != nil {
-			r.UniqueStates = StateMask(*mask).States()
-		}
-		c := &claimedRow{row: r, leasedBy: worker, heartbeat: attempted, expires: expires, attempted: attempted}
-		j := &c.row
-		k, ok := kinds[string(kind)]
-		if !ok {
-			k = string(kind)
-			kinds[k] = k
-		}
-		j.Kind, j.Queue, j.State = k, queue, StateRunning
-		if j.Metadata == nil {
-			j.Metadata = emptyObject
-		}
-		j.LeasedBy, j.HeartbeatAt, j.LeaseExpiresAt, j.AttemptedAt = &c.leasedBy, &c.heartbeat, &c.expires, &c.attempted
-		if len(errs) > 0 {
-			if err := json.Unmarshal(errs, &j.Errors); err != nil {
-				return nil, err
-			}
-		}
-		out = append(out, j)
-	}
-	return out, rows.Err()
+// Revocation is one lease the reaper revoked.
+type Revocation struct {
+	Lease
+	// State is the job's new state: available, or discarded past max attempts.
+	State State
+	Queue string
+	Kind  string
+	// HolderAlive is true when the holder process still heartbeated in fenceq_workers:
+	// a paused or stuck process, not a dead one. This is the alert condition.
+	HolderAlive bool
 }
-
-func collectJobs(rows pgx.Rows) ([]*JobRow, error) {
-	defer rows.Close()
-	var out []*JobRow
-	for rows.Next() {
-		j, err := scanJob(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, j)
-	}
-	return out, rows.Err()
-}
-
-// micros converts a duration to whole microseconds for SQL: `$n * interval '1 microsecond'`.
-func micros(d time.Duration) int64 { return d.Microseconds() }

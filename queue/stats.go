@@ -1,48 +1,12 @@
 package queue
 
-import (
-	"context"
-	"fmt"
-	"slices"
-	"time"
+import "time"
 
-	"github.com/jackc/pgx/v5"
-)
-
-// Reads for dashboards and reports that must stay cheap however many jobs the table
-// holds: every count is served by a partial index (unfinished states) or by the
-// finished_at index over a recent window, and each scan is bounded by a cap.
-
-// withoutJIT runs fn in a read-only transaction with JIT compilation off. The planner's
-// estimates for these reads (a cap of rows, each row's errors expanded) pass JIT's cost
-// threshold though they read a few thousand rows, and compiling them takes longer than
-// running them. db is used as it is when it cannot begin a transaction.
-func withoutJIT(ctx context.Context, db DBTX, fn func(DBTX) error) error {
-	b, ok := db.(interface {
-		Begin(ctx context.Context) (pgx.Tx, error)
-	})
-	if !ok {
-		return fn(db)
-	}
-	tx, err := b.Begin(ctx)
-	if err != nil {
-		return fmt.Errorf("begin: %w", err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := tx.Exec(ctx, `SET LOCAL jit = off`); err != nil {
-		return fmt.Errorf("turn JIT off: %w", err)
-	}
-	if err := fn(tx); err != nil {
-		return err
-	}
-	return tx.Commit(ctx)
-}
-
-// DefaultCountCap is the most jobs of one group of states CountQueues and ReadThroughput
+// DefaultCountCap is the most jobs of one group of states fenceq.CountJobs and fenceq.JobThroughput
 // read before they stop and report the count as a lower bound.
 const DefaultCountCap = 100_000
 
-// QueueCount is one queue's jobs as CountQueues counts them.
+// QueueCount is one queue's jobs as fenceq.CountJobs counts them.
 type QueueCount struct {
 	Name   string `json:"name"`
 	Paused bool   `json:"paused"`
@@ -52,7 +16,7 @@ type QueueCount struct {
 	Finished map[State]int64 `json:"finished"`
 }
 
-// QueueCounts is the outcome of CountQueues.
+// QueueCounts is the outcome of fenceq.CountJobs.
 type QueueCounts struct {
 	Queues []QueueCount `json:"queues"`
 	// Window is how far back Finished counts.
@@ -62,7 +26,7 @@ type QueueCounts struct {
 	Capped []State `json:"capped"`
 }
 
-// CountParams tunes CountQueues and ReadThroughput.
+// CountParams tunes fenceq.CountJobs and fenceq.JobThroughput.
 type CountParams struct {
 	// Window is how far back finished jobs count. Defaults to an hour.
 	Window time.Duration
@@ -70,117 +34,7 @@ type CountParams struct {
 	Cap int
 }
 
-func (p *CountParams) normalize() error {
-	if p.Window == 0 {
-		p.Window = time.Hour
-	}
-	if p.Window < 0 {
-		return invalid("window", "%s is negative", p.Window)
-	}
-	if p.Cap == 0 {
-		p.Cap = DefaultCountCap
-	}
-	if p.Cap < 0 {
-		return invalid("cap", "%d is negative", p.Cap)
-	}
-	return nil
-}
-
-// CountQueues counts jobs per queue without reading the whole table: unfinished jobs
-// by state through the partial indexes of those states, finished jobs only within the
-// window through the finished_at index. Queues are those with settings
-// (fenceq_queues), unfinished jobs, or jobs finished within the window, by name.
-func CountQueues(ctx context.Context, db DBTX, p CountParams) (*QueueCounts, error) {
-	if err := p.normalize(); err != nil {
-		return nil, err
-	}
-	var out *QueueCounts
-	err := withoutJIT(ctx, db, func(db DBTX) error {
-		var err error
-		out, err = countQueues(ctx, db, p)
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("count jobs per queue: %w", err)
-	}
-	return out, nil
-}
-
-func countQueues(ctx context.Context, db DBTX, p CountParams) (*QueueCounts, error) {
-	rows, err := db.Query(ctx, sqlCountQueues, customPlan, micros(p.Window), p.Cap)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := &QueueCounts{Window: p.Window, Capped: []State{}}
-	byName := map[string]*QueueCount{}
-	get := func(name string) *QueueCount {
-		q, ok := byName[name]
-		if !ok {
-			q = &QueueCount{Name: name, Unfinished: map[State]int64{}, Finished: map[State]int64{}}
-			for _, st := range unfinishedStates {
-				q.Unfinished[st] = 0
-			}
-			for _, st := range finalStates {
-				q.Finished[st] = 0
-			}
-			byName[name] = q
-		}
-		return q
-	}
-	groupTotal := map[string]int64{}
-	groupStates := map[string][]State{}
-	for rows.Next() {
-		var group, name string
-		var state *string
-		var n int64
-		var paused *bool
-		if err := rows.Scan(&group, &name, &state, &n, &paused); err != nil {
-			return nil, err
-		}
-		q := get(name)
-		if paused != nil {
-			q.Paused = *paused
-		}
-		if state == nil {
-			continue
-		}
-		st := State(*state)
-		if st.Final() {
-			q.Finished[st] += n
-		} else {
-			q.Unfinished[st] += n
-		}
-		groupTotal[group] += n
-		if !slices.Contains(groupStates[group], st) {
-			groupStates[group] = append(groupStates[group], st)
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	for g, n := range groupTotal {
-		if n >= int64(p.Cap) {
-			out.Capped = append(out.Capped, groupStates[g]...)
-		}
-	}
-	slices.Sort(out.Capped)
-	for _, q := range byName {
-		out.Queues = append(out.Queues, *q)
-	}
-	slices.SortFunc(out.Queues, func(a, b QueueCount) int {
-		if a.Name < b.Name {
-			return -1
-		}
-		if a.Name > b.Name {
-			return 1
-		}
-		return 0
-	})
-	return out, nil
-}
-
-// ThroughputBucket is one interval of ReadThroughput, by the database's clock.
+// ThroughputBucket is one interval of fenceq.JobThroughput, by the database's clock.
 type ThroughputBucket struct {
 	Start     time.Time `json:"start"`
 	Completed int64     `json:"completed"`
@@ -191,7 +45,7 @@ type ThroughputBucket struct {
 	Failed int64 `json:"failed"`
 }
 
-// Throughput is the outcome of ReadThroughput.
+// Throughput is the outcome of fenceq.JobThroughput.
 type Throughput struct {
 	// Now is the database's now() when the buckets were read.
 	Now time.Time `json:"now"`
@@ -202,63 +56,6 @@ type Throughput struct {
 	Capped bool `json:"capped"`
 }
 
-// ReadThroughput counts finished jobs and failed attempts per interval over the
-// window, in buckets intervals aligned to whole multiples of the bucket length (the
-// last one is the current, partial, interval). Finished jobs come from the finished_at
-// index over the window alone. Failed attempts come from the errors of the jobs that
-// finished within the window and of those scheduled, retryable or running now; a failed
-// attempt of a job that now waits, available, for its next attempt is counted once that
-// attempt begins.
-func ReadThroughput(ctx context.Context, db DBTX, p CountParams, buckets int) (*Throughput, error) {
-	if err := p.normalize(); err != nil {
-		return nil, err
-	}
-	if buckets < 1 || buckets > 1000 {
-		return nil, invalid("buckets", "%d is outside 1–1000", buckets)
-	}
-	bucket := p.Window / time.Duration(buckets)
-	if bucket < time.Second {
-		return nil, invalid("window", "%s in %d buckets makes buckets shorter than a second", p.Window, buckets)
-	}
-	out := &Throughput{Bucket: bucket, Buckets: make([]ThroughputBucket, buckets)}
-	err := withoutJIT(ctx, db, func(db DBTX) error { return readThroughput(ctx, db, p, out) })
-	if err != nil {
-		return nil, fmt.Errorf("read throughput: %w", err)
-	}
-	return out, nil
-}
-
-func readThroughput(ctx context.Context, db DBTX, p CountParams, out *Throughput) error {
-	buckets := len(out.Buckets)
-	rows, err := db.Query(ctx, sqlThroughput, customPlan, micros(out.Bucket), buckets, p.Cap)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	var first time.Time
-	for rows.Next() {
-		var b ThroughputBucket
-		var i int
-		var scanned int64
-		if err := rows.Scan(&out.Now, &first, &i, &b.Completed, &b.Discarded, &b.Cancelled, &b.Failed, &scanned); err != nil {
-			return err
-		}
-		if scanned >= int64(p.Cap) {
-			out.Capped = true
-		}
-		if i >= 0 && i < buckets {
-			out.Buckets[i] = b
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	for i := range out.Buckets {
-		out.Buckets[i].Start = first.Add(time.Duration(i) * out.Bucket)
-	}
-	return nil
-}
-
 // Activity is what pg_stat_activity says about the database's open transactions.
 type Activity struct {
 	// OldestTransactionAge is the age of the oldest open client transaction (idle ones
@@ -267,35 +64,4 @@ type Activity struct {
 	OldestTransactionAge time.Duration `json:"oldest_transaction_age"`
 	// IdleInTransaction counts client sessions idle in an open transaction.
 	IdleInTransaction int64 `json:"idle_in_transaction"`
-}
-
-// ReadActivity reads the oldest open transaction of the current database, leaving out
-// the caller's own session; on a Citus coordinator, of every node
-// (citus_stat_activity). An old transaction holds back vacuum's horizon: dead job rows
-// pile up and every index scan slows.
-func ReadActivity(ctx context.Context, db DBTX) (Activity, error) {
-	var a Activity
-	var age float64
-	err := onConn(ctx, db, func(db DBTX, dist bool) error {
-		q := sqlActivity
-		if dist {
-			q = sqlActivityCitus
-		}
-		return db.QueryRow(ctx, q).Scan(&age, &a.IdleInTransaction)
-	})
-	if err != nil {
-		return Activity{}, fmt.Errorf("read open transactions: %w", err)
-	}
-	a.OldestTransactionAge = time.Duration(age * float64(time.Second))
-	return a, nil
-}
-
-// DBNow returns the database's now(): the clock every decision uses, and the one
-// against which a dashboard shows ages.
-func DBNow(ctx context.Context, db DBTX) (time.Time, error) {
-	var t time.Time
-	if err := db.QueryRow(ctx, `SELECT now()`).Scan(&t); err != nil {
-		return time.Time{}, fmt.Errorf("read the database clock: %w", err)
-	}
-	return t, nil
 }

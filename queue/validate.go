@@ -61,8 +61,8 @@ func ValidateName(field, s string, max int) error {
 // starting with a letter or digit, like a queue name.
 func ValidateTag(tag string) error { return ValidateName("tags", tag, MaxTagLen) }
 
-// validateTags checks tags and returns them without duplicates, in their first order.
-func validateTags(tags []string) ([]string, error) {
+// ValidateTags checks tags and returns them without duplicates, in their first order.
+func ValidateTags(tags []string) ([]string, error) {
 	if len(tags) == 0 {
 		return nil, nil
 	}
@@ -177,18 +177,21 @@ func StorableText(s string, n int) string {
 	return s[:n] + "…"
 }
 
-// validatePriority and validateMaxAttempts keep numbers within what the schema and the
+// ValidatePriority and ValidateMaxAttempts keep numbers within what the schema and the
 // retry policy expect.
-func validatePriority(p int) error {
+func ValidatePriority(p int) error {
 	if p < MinPriority || p > MaxPriority {
 		return invalid("priority", "%d is outside %d–%d", p, MinPriority, MaxPriority)
 	}
 	return nil
 }
 
-func validateMaxAttempts(n int) error {
+func ValidateMaxAttempts(n int) error {
 	if n < 1 || n > MaxMaxAttempts {
 		return invalid("max_attempts", "%d is outside 1–%d", n, MaxMaxAttempts)
 	}
 	return nil
 }
+
+// ValidateMetadata checks a job's metadata: a JSON object of at most MaxMetadataBytes.
+func ValidateMetadata(b []byte) error { return validateObject("metadata", b, MaxMetadataBytes) }

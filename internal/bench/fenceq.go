@@ -10,6 +10,7 @@ import (
 
 	"github.com/fenceq/fenceq"
 	"github.com/fenceq/fenceq/migrations"
+	"github.com/fenceq/fenceq/queue"
 )
 
 type noopArgs benchArgs
@@ -124,7 +125,7 @@ type completionCounter struct {
 	done func(n int)
 }
 
-func (c completionCounter) JobFinished(_ context.Context, _ *fenceq.JobRow, res fenceq.AttemptResult) {
+func (c completionCounter) JobFinished(_ context.Context, _ *queue.JobRow, res fenceq.AttemptResult) {
 	if res.Outcome == fenceq.OutcomeCompleted {
 		c.done(1)
 	}

@@ -37,7 +37,7 @@
 // so its traffic crosses the worker's own link. Three faults cut links: link-down (a
 // worker's link past the lease; once healed, the worker must record the leases it
 // lost), commit-cut (the link cut the moment a COMMIT's reply comes back; the worker
-// must settle the commit by looking, queue.Landed) and db-partition (the database host
+// must settle the commit by looking, the landed check) and db-partition (the database host
 // cut off from every worker). Namespaces carry the creating pid in their names, so a
 // run removes the leftovers of a crashed one.
 //

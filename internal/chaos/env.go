@@ -24,9 +24,9 @@ import (
 	"github.com/fenceq/fenceq/internal/netns"
 	"github.com/fenceq/fenceq/internal/pgcluster"
 	"github.com/fenceq/fenceq/internal/redact"
+	"github.com/fenceq/fenceq/internal/store"
 	"github.com/fenceq/fenceq/jobs/builtin"
 	"github.com/fenceq/fenceq/migrations"
-	"github.com/fenceq/fenceq/queue"
 )
 
 // ErrClusterUnavailable means the harness could not start its own PostgreSQL cluster
@@ -311,7 +311,7 @@ func NewEnv(ctx context.Context, cfg EnvConfig) (e *Env, err error) {
 			return e, err
 		}
 	}
-	if e.Citus, err = queue.Distributed(ctx, e.Pool); err != nil {
+	if e.Citus, err = store.Distributed(ctx, e.Pool); err != nil {
 		return e, fmt.Errorf("chaos: %w", err)
 	}
 	switch {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/fenceq/fenceq"
 	"github.com/fenceq/fenceq/internal/faultproxy"
+	"github.com/fenceq/fenceq/internal/store"
 	"github.com/fenceq/fenceq/jobs/diag"
 	"github.com/fenceq/fenceq/queue"
 )
@@ -155,10 +156,10 @@ func (e *Env) runProbe(ctx context.Context, pool *pgxpool.Pool, until time.Time,
 			}
 		}
 		wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		jobs, err := queue.Claim(wctx, pool, queue.ClaimParams{Queue: probeQueue, WorkerID: id, Limit: 4, Lease: e.cfg.Lease})
+		jobs, err := store.Claim(wctx, pool, store.ClaimParams{Queue: probeQueue, WorkerID: id, Limit: 4, Lease: e.cfg.Lease})
 		for _, j := range jobs {
 			if err == nil {
-				if err = queue.Complete(wctx, pool, queue.LeaseOf(j)); err == nil {
+				if err = store.Complete(wctx, pool, store.LeaseOf(j)); err == nil {
 					var m map[string]string
 					_ = json.Unmarshal(j.Metadata, &m)
 					e.fo.mu.Lock()
@@ -207,13 +208,13 @@ func (e *Env) revokeBeforeFailover(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("enqueue the job to revoke: %w", err)
 	}
-	jobs, err := queue.Claim(ctx, e.Pool, queue.ClaimParams{Queue: fenceQueue, WorkerID: "fenceq-" + e.Token + "-stale",
+	jobs, err := store.Claim(ctx, e.Pool, store.ClaimParams{Queue: fenceQueue, WorkerID: "fenceq-" + e.Token + "-stale",
 		Limit: 1, Lease: time.Hour})
 	if err != nil || len(jobs) != 1 || jobs[0].ID != res.Job.ID {
 		return fmt.Errorf("claim the job to revoke: got %d jobs, %v", len(jobs), err)
 	}
-	l := queue.LeaseOf(jobs[0])
-	row, err := queue.RequeueJob(ctx, e.Pool, l.JobID)
+	l := store.LeaseOf(jobs[0])
+	row, err := store.RequeueJob(ctx, e.Pool, l.JobID)
 	if err != nil {
 		return fmt.Errorf("revoke lease of job %d: %w", l.JobID, err)
 	}
@@ -365,7 +366,7 @@ func (e *Env) writeUnderStaleLease(ctx context.Context) string {
 	e.fo.mu.Unlock()
 	var gen int64
 	_ = e.Pool.QueryRow(ctx, `SELECT lease_gen FROM fenceq_jobs WHERE id = $1`, l.JobID).Scan(&gen)
-	err := queue.Complete(ctx, e.Pool, l)
+	err := store.Complete(ctx, e.Pool, l)
 	rejected := errors.Is(err, queue.ErrLeaseLost)
 	said := "accepted"
 	if err != nil {
@@ -379,10 +380,10 @@ func (e *Env) writeUnderStaleLease(ctx context.Context) string {
 			l.JobID, l.Gen, revoked, gen)
 	}
 	// Settle it: claim it afresh and complete it.
-	if jobs, err := queue.Claim(ctx, e.Pool, queue.ClaimParams{Queue: fenceQueue, WorkerID: "fenceq-" + e.Token + "-harness",
+	if jobs, err := store.Claim(ctx, e.Pool, store.ClaimParams{Queue: fenceQueue, WorkerID: "fenceq-" + e.Token + "-harness",
 		Limit: 1, Lease: time.Minute}); err == nil {
 		for _, j := range jobs {
-			_ = queue.Complete(ctx, e.Pool, queue.LeaseOf(j))
+			_ = store.Complete(ctx, e.Pool, store.LeaseOf(j))
 		}
 	}
 	return fmt.Sprintf("the revoked lease of job %d (gen %d → %d) has gen %d on the new primary; a write under it: %s",

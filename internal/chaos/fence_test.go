@@ -16,6 +16,7 @@ import (
 	"github.com/fenceq/fenceq/jobs/invoice"
 	"github.com/fenceq/fenceq/jobs/order"
 	"github.com/fenceq/fenceq/outbox"
+	"github.com/fenceq/fenceq/queue"
 )
 
 func count(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int64 {
@@ -38,7 +39,7 @@ func startWorkers(t *testing.T, env *Env) {
 
 // TestCommitOutcomeUnknown drops the reply to the COMMIT of an order.place job's fenced
 // transaction after the server executed it. The worker cannot know whether it
-// committed; it must not blindly write again, but look (queue.Landed), find that its
+// committed; it must not blindly write again, but look (the landed check), find that its
 // commit landed, and finish the job: completed exactly once, one order, one email.
 func TestCommitOutcomeUnknown(t *testing.T) {
 	t.Parallel()
@@ -57,7 +58,7 @@ func TestCommitOutcomeUnknown(t *testing.T) {
 		t.Fatal(err)
 	}
 	jobID := res.Job.ID
-	job := fenceqtest.WaitState(t, env.Pool, jobID, fenceq.StateCompleted, 30*time.Second)
+	job := fenceqtest.WaitState(t, env.Pool, jobID, queue.StateCompleted, 30*time.Second)
 
 	// The fault happened: the server answered COMMIT and the worker never saw it. The
 	// commit is visible as soon as the server made it, a moment before the proxy records

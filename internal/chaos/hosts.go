@@ -317,13 +317,13 @@ func shortErr(err error) string {
 }
 
 // reconciledRe matches the worker's log line for a fenced commit whose reply was lost
-// and that it found landed (queue.Landed) instead of writing again.
+// and that it found landed (the landed check) instead of writing again.
 var reconciledRe = regexp.MustCompile(`fenced commit landed although its reply was lost.*?job_id=(\d+)`)
 
 // commitCut lets a COMMIT of the worker reach the database and cuts the worker's link
 // the moment the reply comes back, before the worker sees it; the link stays down for
 // d, then comes back and the connection that lost the reply is reset. The outcome is
-// unknown on that host: the worker must settle it by looking (queue.Landed).
+// unknown on that host: the worker must settle it by looking (the landed check).
 func (e *Env) commitCut(ctx context.Context, w *Worker, d time.Duration) (proof, effect string, err error) {
 	if w.Host == nil {
 		return "", "", ErrNoHosts
@@ -373,7 +373,7 @@ func (e *Env) commitCut(ctx context.Context, w *Worker, d time.Duration) (proof,
 	for cd.Tag == "COMMIT" {
 		if n := countMatches(w.LogPath(), reconciledRe); n > logBefore {
 			jobs := lastMatches(w.LogPath(), reconciledRe, n-logBefore)
-			return proof, fmt.Sprintf("%s found its commit landed (queue.Landed) instead of writing again: job %s",
+			return proof, fmt.Sprintf("%s found its commit landed (the landed check) instead of writing again: job %s",
 				w.Name, strings.Join(jobs, ", ")), nil
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {

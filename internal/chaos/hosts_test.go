@@ -86,7 +86,7 @@ func TestHostsFaults(t *testing.T) {
 
 // TestCommitCutSettledByLooking cuts the link of the only worker host the moment the
 // reply to its order.place job's fenced COMMIT comes back. The outcome is unknown on
-// that host; once the link is back it must look (queue.Landed), find its commit landed
+// that host; once the link is back it must look (the landed check), find its commit landed
 // and complete nothing twice: one order, the job completed on its first attempt, no
 // rejected write.
 func TestCommitCutSettledByLooking(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 	"github.com/fenceq/fenceq/idempotency"
 	"github.com/fenceq/fenceq/internal/connstr"
 	"github.com/fenceq/fenceq/internal/pgcluster"
+	"github.com/fenceq/fenceq/internal/store"
 	"github.com/fenceq/fenceq/outbox"
 	"github.com/fenceq/fenceq/queue"
 )
@@ -53,7 +54,7 @@ func testOnePhase(t *testing.T, ctx context.Context, c *pgcluster.Citus) {
 	insert := func(q string, n int) {
 		t.Helper()
 		for range n {
-			if _, err := queue.Insert(ctx, pool, queue.InsertParams{Kind: "k", Queue: q}); err != nil {
+			if _, err := store.Insert(ctx, pool, store.InsertParams{Kind: "k", Queue: q}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -61,7 +62,7 @@ func testOnePhase(t *testing.T, ctx context.Context, c *pgcluster.Citus) {
 	var claimed []queue.Lease
 	claim := func(q string, n int) []queue.Lease {
 		t.Helper()
-		jobs, err := queue.Claim(ctx, pool, queue.ClaimParams{Queue: q, WorkerID: "w", Limit: n, Lease: time.Minute})
+		jobs, err := store.Claim(ctx, pool, store.ClaimParams{Queue: q, WorkerID: "w", Limit: n, Lease: time.Minute})
 		if err != nil || len(jobs) != n {
 			t.Fatalf("claim %d from %s: %d jobs, %v", n, q, len(jobs), err)
 		}
@@ -72,38 +73,38 @@ func testOnePhase(t *testing.T, ctx context.Context, c *pgcluster.Citus) {
 		return ls
 	}
 
-	onePhase("RegisterWorker", func() error { return queue.RegisterWorker(ctx, pool, "w", "h", 1, []string{"q"}, []string{"k"}) })
-	onePhase("Insert", func() error { _, err := queue.Insert(ctx, pool, queue.InsertParams{Kind: "k", Queue: "q"}); return err })
+	onePhase("RegisterWorker", func() error { return store.RegisterWorker(ctx, pool, "w", "h", 1, []string{"q"}, []string{"k"}) })
+	onePhase("Insert", func() error { _, err := store.Insert(ctx, pool, store.InsertParams{Kind: "k", Queue: "q"}); return err })
 	onePhase("Insert in a transaction", func() error {
 		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			_, err := queue.Insert(ctx, tx, queue.InsertParams{Kind: "k", Queue: "q"})
+			_, err := store.Insert(ctx, tx, store.InsertParams{Kind: "k", Queue: "q"})
 			return err
 		})
 	})
 	insert("q", 8)
 	onePhase("Claim", func() error { claimed = claim("q", 10); return nil })
-	onePhase("Heartbeat", func() error { _, err := queue.Heartbeat(ctx, pool, "w", claimed, time.Minute); return err })
-	onePhase("Complete", func() error { return queue.Complete(ctx, pool, claimed[0]) })
+	onePhase("Heartbeat", func() error { _, err := store.Heartbeat(ctx, pool, "w", claimed, time.Minute); return err })
+	onePhase("Complete", func() error { return store.Complete(ctx, pool, claimed[0]) })
 	onePhase("Complete of a lost lease", func() error {
-		if err := queue.Complete(ctx, pool, claimed[0]); !errors.Is(err, queue.ErrLeaseLost) {
+		if err := store.Complete(ctx, pool, claimed[0]); !errors.Is(err, queue.ErrLeaseLost) {
 			t.Errorf("second completion: %v; want a lost lease", err)
 		}
 		return nil
 	})
 	onePhase("CompleteMany with a lost lease", func() error {
-		lost, err := queue.CompleteMany(ctx, pool, "w", claimed[0:3])
+		lost, err := store.CompleteMany(ctx, pool, "w", claimed[0:3])
 		if err == nil && (len(lost) != 1 || lost[0] != claimed[0]) {
 			t.Errorf("lost %v; want only %v", lost, claimed[0])
 		}
 		return err
 	})
-	onePhase("Fail", func() error { _, err := queue.Fail(ctx, pool, claimed[3], queue.FailParams{Err: "x"}); return err })
-	onePhase("Snooze", func() error { return queue.Snooze(ctx, pool, claimed[4], time.Second) })
-	onePhase("Cancel", func() error { return queue.Cancel(ctx, pool, claimed[5], "r") })
-	onePhase("Release", func() error { return queue.Release(ctx, pool, claimed[6]) })
+	onePhase("Fail", func() error { _, err := store.Fail(ctx, pool, claimed[3], store.FailParams{Err: "x"}); return err })
+	onePhase("Snooze", func() error { return store.Snooze(ctx, pool, claimed[4], time.Second) })
+	onePhase("Cancel", func() error { return store.Cancel(ctx, pool, claimed[5], "r") })
+	onePhase("Release", func() error { return store.Release(ctx, pool, claimed[6]) })
 	onePhase("WithLease with an outbox row", func() error {
 		l := claimed[7]
-		return queue.WithLease(ctx, pool, l, queue.LeaseTx{Complete: true}, func(ctx context.Context, tx pgx.Tx) error {
+		return store.WithLease(ctx, pool, l, store.LeaseTx{Complete: true}, func(ctx context.Context, tx pgx.Tx) error {
 			_, err := outbox.Insert(ctx, tx, outbox.Message{Topic: "t", DedupeKey: "one-phase", Payload: []byte(`{}`), JobID: l.JobID})
 			return err
 		})
@@ -114,24 +115,24 @@ func testOnePhase(t *testing.T, ctx context.Context, c *pgcluster.Citus) {
 	insert("writes", 1)
 	onePhase("WithLeaseWrites (one pipeline)", func() error {
 		l := claim("writes", 1)[0]
-		w := &queue.Writes{}
+		w := &store.Writes{}
 		w.Exec(`INSERT INTO results (job_id) VALUES ($1)`, l.JobID)
-		return queue.WithLeaseWrites(ctx, pool, l, queue.LeaseTx{Complete: true}, w)
+		return store.WithLeaseWrites(ctx, pool, l, store.LeaseTx{Complete: true}, w)
 	})
-	onePhase("Reap of nothing", func() error { _, err := queue.Reap(ctx, pool, queue.ReapParams{HolderFresh: time.Minute}); return err })
+	onePhase("Reap of nothing", func() error { _, err := store.Reap(ctx, pool, store.ReapParams{HolderFresh: time.Minute}); return err })
 	if _, err := pool.Exec(ctx, `UPDATE fenceq_jobs SET lease_expires_at = now() - interval '1 second' WHERE id = ANY($1)`,
 		[]int64{claimed[8].JobID, claimed[9].JobID}); err != nil {
 		t.Fatal(err)
 	}
 	onePhase("Reap of two expired leases", func() error {
-		revs, err := queue.Reap(ctx, pool, queue.ReapParams{HolderFresh: time.Minute})
+		revs, err := store.Reap(ctx, pool, store.ReapParams{HolderFresh: time.Minute})
 		if err == nil && (len(revs) != 2 || !revs[0].HolderAlive) {
 			t.Errorf("revocations %+v; want two, their holder alive", revs)
 		}
 		return err
 	})
 	onePhase("RecordLeasesLost", func() error {
-		alive, err := queue.RecordLeasesLost(ctx, pool, "w", claimed[8:10])
+		alive, err := store.RecordLeasesLost(ctx, pool, "w", claimed[8:10])
 		if err == nil && len(alive) != 0 {
 			// The reaper saw the holder alive and recorded it already.
 			t.Errorf("expired_holder_alive recorded again for %v", alive)
@@ -139,9 +140,9 @@ func testOnePhase(t *testing.T, ctx context.Context, c *pgcluster.Citus) {
 		return err
 	})
 	onePhase("RecordLeaseEvents", func() error {
-		return queue.RecordLeaseEvents(ctx, pool, queue.EventHeartbeatLost, "w", "d", claimed[8:10])
+		return store.RecordLeaseEvents(ctx, pool, queue.EventHeartbeatLost, "w", "d", claimed[8:10])
 	})
-	onePhase("PromoteDue", func() error { _, err := queue.PromoteDue(ctx, pool, 100); return err })
+	onePhase("PromoteDue", func() error { _, err := store.PromoteDue(ctx, pool, 100); return err })
 	onePhase("idempotency Claim and Finish", func() error {
 		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 			r, err := idempotency.Claim(ctx, tx, idempotency.ClaimParams{Scope: "s", Key: "k", RequestHash: []byte("h")})
@@ -152,7 +153,7 @@ func testOnePhase(t *testing.T, ctx context.Context, c *pgcluster.Citus) {
 			return err
 		})
 	})
-	onePhase("RetryJob", func() error { _, err := queue.RetryJob(ctx, pool, claimed[5].JobID); return err })
+	onePhase("RetryJob", func() error { _, err := store.RetryJob(ctx, pool, claimed[5].JobID); return err })
 	// The events the Citus forms wrote are those the single statements write on
 	// PostgreSQL.
 	rows, err := pool.Query(ctx, `SELECT kind || '|' || coalesce(detail, '') || '|' || coalesce(worker_id, '') FROM fenceq_lease_events`)
@@ -178,19 +179,19 @@ func testOnePhase(t *testing.T, ctx context.Context, c *pgcluster.Citus) {
 		t.Errorf("lease events %v; want %v", got, want)
 	}
 
-	onePhase("PruneFinished", func() error { _, err := queue.PruneFinished(ctx, pool, 0, 100); return err })
-	onePhase("PruneLeaseEvents", func() error { _, err := queue.PruneLeaseEvents(ctx, pool, 0, 100); return err })
+	onePhase("PruneFinished", func() error { _, err := store.PruneFinished(ctx, pool, 0, 100); return err })
+	onePhase("PruneLeaseEvents", func() error { _, err := store.PruneLeaseEvents(ctx, pool, 0, 100); return err })
 	onePhase("idempotency DeleteExpired", func() error { _, err := idempotency.DeleteExpired(ctx, pool, 100); return err })
 	onePhase("outbox FailOrphaned", func() error { _, err := outbox.FailOrphaned(ctx, pool, 100); return err })
-	onePhase("DeleteStaleWorkers", func() error { _, err := queue.DeleteStaleWorkers(ctx, pool, time.Hour); return err })
+	onePhase("DeleteStaleWorkers", func() error { _, err := store.DeleteStaleWorkers(ctx, pool, time.Hour); return err })
 
 	twoPhase("InsertMany (COPY)", func() error {
-		_, err := queue.InsertMany(ctx, pool, []queue.InsertParams{{Kind: "k", Queue: "m"}, {Kind: "k", Queue: "m"}})
+		_, err := store.InsertMany(ctx, pool, []store.InsertParams{{Kind: "k", Queue: "m"}, {Kind: "k", Queue: "m"}})
 		return err
 	})
 	twoPhase("CancelJob of a running job", func() error {
 		insert("c", 1)
-		_, err := queue.CancelJob(ctx, pool, claim("c", 1)[0].JobID, "x")
+		_, err := store.CancelJob(ctx, pool, claim("c", 1)[0].JobID, "x")
 		return err
 	})
 }

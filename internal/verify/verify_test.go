@@ -8,10 +8,10 @@ import (
 	"time"
 
 	"github.com/fenceq/fenceq/fenceqtest"
+	"github.com/fenceq/fenceq/internal/store"
 	"github.com/fenceq/fenceq/internal/verify"
 	"github.com/fenceq/fenceq/jobs/builtin"
 	"github.com/fenceq/fenceq/outbox"
-	"github.com/fenceq/fenceq/queue"
 )
 
 type testBundle struct {
@@ -159,7 +159,7 @@ func TestOutboxRowPerInvoice(t *testing.T) {
 func TestExpiredLeaseAndLostJobs(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	res, err := queue.Insert(b.ctx, b.db.Pool, queue.InsertParams{Kind: "noop"})
+	res, err := store.Insert(b.ctx, b.db.Pool, store.InsertParams{Kind: "noop"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,7 +213,7 @@ func TestStrandedOutboxRow(t *testing.T) {
 	if rep := b.run(t, verify.Options{}); !rep.Passed {
 		t.Fatalf("pending row with a live delivery job: %+v", rep.Checks)
 	}
-	if _, err := queue.CancelJob(b.ctx, b.db.Pool, res.DeliveryJobID, "test"); err != nil {
+	if _, err := store.CancelJob(b.ctx, b.db.Pool, res.DeliveryJobID, "test"); err != nil {
 		t.Fatal(err)
 	}
 	st := check(t, b.run(t, verify.Options{}), verify.CheckStrandedOutbox)

@@ -9,10 +9,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/fenceq/fenceq"
 	"github.com/fenceq/fenceq/jobs/builtin"
 	"github.com/fenceq/fenceq/jobs/invoice"
 	"github.com/fenceq/fenceq/jobs/order"
+	"github.com/fenceq/fenceq/queue"
 )
 
 // One registry holds the mechanism's and the business counters; the order metrics'
@@ -28,7 +28,7 @@ func TestNewMetrics(t *testing.T) {
 	m.Orders.Replay(order.Scope)
 	m.Invoices.DuplicatePrevented(invoice.DuplicateExistingInvoice)
 	m.Core.Outbox().Delivered("email")
-	m.Core.JobStarted(context.Background(), &fenceq.JobRow{Queue: "billing", Kind: invoice.Kind})
+	m.Core.JobStarted(context.Background(), &queue.JobRow{Queue: "billing", Kind: invoice.Kind})
 	rec := httptest.NewRecorder()
 	promhttp.HandlerFor(reg, promhttp.HandlerOpts{}).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	for _, line := range []string{

@@ -9,6 +9,7 @@ import (
 
 	"github.com/fenceq/fenceq"
 	"github.com/fenceq/fenceq/fenceqtest"
+	"github.com/fenceq/fenceq/internal/store"
 	"github.com/fenceq/fenceq/jobs/diag"
 	"github.com/fenceq/fenceq/queue"
 )
@@ -65,7 +66,7 @@ func TestSleepAndNoop(t *testing.T) {
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("stop took %s", d)
 	}
-	j, err := queue.GetJob(ctx, db.Pool, sleep.Job.ID)
+	j, err := store.GetJob(ctx, db.Pool, sleep.Job.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +104,7 @@ func TestSleepIgnoringCancel(t *testing.T) {
 		t.Helper()
 		deadline := time.Now().Add(20 * time.Second)
 		for {
-			j, err := queue.GetJob(ctx, db.Pool, id)
+			j, err := store.GetJob(ctx, db.Pool, id)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -119,14 +120,14 @@ func TestSleepIgnoringCancel(t *testing.T) {
 	first := waitFor("claimed", func(j *queue.JobRow) bool { return j.State == queue.StateRunning })
 	// Revoked while its handler sleeps: the heartbeat cancels its context, which it
 	// ignores.
-	if _, err := queue.RequeueJob(ctx, db.Pool, id); err != nil {
+	if _, err := store.RequeueJob(ctx, db.Pool, id); err != nil {
 		t.Fatal(err)
 	}
 	done := waitFor("completed", func(j *queue.JobRow) bool { return j.State == queue.StateCompleted })
 	if done.Attempt < 2 {
 		t.Fatalf("completed on attempt %d; the revoked first attempt's completion must have been rejected", done.Attempt)
 	}
-	events, err := queue.ListLeaseEvents(ctx, db.Pool, id, 20)
+	events, err := store.ListLeaseEvents(ctx, db.Pool, id, 20)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/fenceq/fenceq"
 	"github.com/fenceq/fenceq/fenceqtest"
+	"github.com/fenceq/fenceq/internal/store"
 	"github.com/fenceq/fenceq/jobs/email"
 	"github.com/fenceq/fenceq/jobs/email/emailtest"
 	"github.com/fenceq/fenceq/outbox"
@@ -154,7 +155,7 @@ func TestRelayDeliversWithDerivedHeadersAndRetriesTransientErrors(t *testing.T) 
 	if flaky.Attempt != 2 || flaky.LastError != nil {
 		t.Fatalf("row delivered after a 451: attempt %d, last error %q", flaky.Attempt, deref(flaky.LastError))
 	}
-	job, err := queue.GetJob(b.ctx, b.db.Pool, *flaky.DeliveryJobID)
+	job, err := store.GetJob(b.ctx, b.db.Pool, *flaky.DeliveryJobID)
 	if err != nil || len(job.Errors) != 1 || !strings.Contains(job.Errors[0].Error, "451") {
 		t.Fatalf("delivery job of the flaky row: %v %+v", err, job)
 	}
@@ -354,14 +355,14 @@ func TestRelayOrphanedRowIsFailedThenRetried(t *testing.T) {
 	t.Parallel()
 	b := setupRelay(t)
 	id := b.insertEmails(t, 1, payload("ada@example.com"))[0]
-	jobs, err := queue.Claim(b.ctx, b.db.Pool, queue.ClaimParams{Queue: outbox.Queue, WorkerID: "crashed", Limit: 1, Lease: time.Minute})
+	jobs, err := store.Claim(b.ctx, b.db.Pool, store.ClaimParams{Queue: outbox.Queue, WorkerID: "crashed", Limit: 1, Lease: time.Minute})
 	if err != nil || len(jobs) != 1 {
 		t.Fatalf("claim: %v %d", err, len(jobs))
 	}
 	if _, err := b.db.Pool.Exec(b.ctx, `UPDATE fenceq_jobs SET lease_expires_at = now() - interval '1 second' WHERE id = $1`, jobs[0].ID); err != nil {
 		t.Fatal(err)
 	}
-	if revs, err := queue.Reap(b.ctx, b.db.Pool, queue.ReapParams{HolderFresh: time.Second}); err != nil || len(revs) != 1 || revs[0].State != queue.StateDiscarded {
+	if revs, err := store.Reap(b.ctx, b.db.Pool, store.ReapParams{HolderFresh: time.Second}); err != nil || len(revs) != 1 || revs[0].State != queue.StateDiscarded {
 		t.Fatalf("reap: %v %+v", err, revs)
 	}
 	if st, _ := outbox.Stats(b.ctx, b.db.Pool); st.Orphaned != 1 || st.Pending != 1 {

@@ -60,7 +60,7 @@ func Periodic(interval time.Duration) (*fenceq.PeriodicJob, error) {
 		return nil, fmt.Errorf("housekeeping interval %s: %w", interval, err)
 	}
 	return fenceq.NewPeriodicJob(PeriodicName, spec, IdempotencyArgs{},
-		&fenceq.PeriodicOpts{MaxAttempts: maxAttempts, Missed: fenceq.MissedSkip, RunOnStart: true}), nil
+		&fenceq.PeriodicOpts{MaxAttempts: maxAttempts, Missed: queue.MissedSkip, RunOnStart: true}), nil
 }
 
 // everyString writes d as "@every" reads it, in its largest whole unit: 1m, 90s, 2h.

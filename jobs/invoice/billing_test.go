@@ -7,6 +7,7 @@ import (
 
 	"github.com/fenceq/fenceq"
 	"github.com/fenceq/fenceq/fenceqtest"
+	"github.com/fenceq/fenceq/internal/store"
 	"github.com/fenceq/fenceq/jobs/invoice"
 	"github.com/fenceq/fenceq/queue"
 )
@@ -77,7 +78,7 @@ func TestBillingRunIsIdempotentAcrossRunsAndProcesses(t *testing.T) {
 	if err := b.db.Pool.QueryRow(b.ctx, `SELECT id FROM fenceq_jobs WHERE kind = 'invoice' ORDER BY id LIMIT 1`).Scan(&cancelled); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := queue.CancelJob(b.ctx, b.db.Pool, cancelled, "test"); err != nil {
+	if _, err := store.CancelJob(b.ctx, b.db.Pool, cancelled, "test"); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := invoice.RunBilling(b.ctx, b.db.Pool, period); err != nil || n != 1 {

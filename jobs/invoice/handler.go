@@ -136,7 +136,7 @@ type Config struct {
 	// as long as the handler runs, however slow the tax service is.
 	Timeout time.Duration
 	// Backoff overrides the worker's retry policy for invoice jobs.
-	Backoff *fenceq.Backoff
+	Backoff *queue.Backoff
 }
 
 type handler struct {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/fenceq/fenceq"
 	"github.com/fenceq/fenceq/fenceqtest"
+	"github.com/fenceq/fenceq/internal/store"
 	"github.com/fenceq/fenceq/jobs/invoice"
 	"github.com/fenceq/fenceq/queue"
 )
@@ -267,7 +268,7 @@ func TestUniqueConstraintIsTheLastLineOfDefence(t *testing.T) {
 	}
 	var jobs []int64
 	for range 2 {
-		res, err := queue.Insert(b.ctx, b.db.Pool, queue.InsertParams{Queue: invoice.Queue, Kind: invoice.Kind,
+		res, err := store.Insert(b.ctx, b.db.Pool, store.InsertParams{Queue: invoice.Queue, Kind: invoice.Kind,
 			Args: fmt.Appendf(nil, `{"customer_id": %d, "period": %q}`, ids[0], period)})
 		if err != nil {
 			t.Fatal(err)
@@ -341,7 +342,7 @@ func TestBadInputAndFailingDependencies(t *testing.T) {
 			}
 		}
 		// A job that got in anyway (written by hand) is discarded, not retried.
-		res, err := queue.Insert(b.ctx, b.db.Pool, queue.InsertParams{Queue: invoice.Queue, Kind: invoice.Kind,
+		res, err := store.Insert(b.ctx, b.db.Pool, store.InsertParams{Queue: invoice.Queue, Kind: invoice.Kind,
 			Args: []byte(`{"customer_id": 1, "period": "2025-1"}`)})
 		if err != nil {
 			t.Fatal(err)
@@ -407,7 +408,7 @@ func TestBadInputAndFailingDependencies(t *testing.T) {
 		}
 		fenceqtest.WaitState(t, b.db.Pool, res.Job.ID, queue.StateCompleted, 15*time.Second)
 		before := b.metrics.existing.Load()
-		if _, err := queue.RetryJob(b.ctx, b.db.Pool, res.Job.ID); err != nil {
+		if _, err := store.RetryJob(b.ctx, b.db.Pool, res.Job.ID); err != nil {
 			t.Fatal(err)
 		}
 		fenceqtest.WaitFor(t, "the retried job to complete again", 10*time.Second, func() bool { return b.metrics.existing.Load() == before+1 })

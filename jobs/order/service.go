@@ -15,7 +15,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/fenceq/fenceq"
 	"github.com/fenceq/fenceq/idempotency"
 	"github.com/fenceq/fenceq/jobs/email"
 	"github.com/fenceq/fenceq/outbox"
@@ -164,7 +163,7 @@ func (s *Service) Place(ctx context.Context, key string, req Request) (*Result, 
 // not nil, is recorded on the order (job_id, lease_gen) and the outbox row. On a
 // replay nothing is written. On error, roll tx back. The caller commits and counts the
 // order as created.
-func (s *Service) PlaceTx(ctx context.Context, tx pgx.Tx, key string, req Request, lease *fenceq.Lease) (*Result, error) {
+func (s *Service) PlaceTx(ctx context.Context, tx pgx.Tx, key string, req Request, lease *queue.Lease) (*Result, error) {
 	hash, err := checkRequest(key, &req)
 	if err != nil {
 		return nil, err
@@ -190,7 +189,7 @@ type work = func(ctx context.Context, tx pgx.Tx) (idempotency.Response, error)
 // run places one order under its key: do runs the work under the key, in a transaction
 // of its own (Place) or the caller's (PlaceTx), and the outcome is read from the key's
 // response.
-func (s *Service) run(ctx context.Context, key string, req *Request, hash []byte, lease *fenceq.Lease,
+func (s *Service) run(ctx context.Context, key string, req *Request, hash []byte, lease *queue.Lease,
 	do func(ctx context.Context, w work) (*idempotency.Result, error)) (*Result, error) {
 	log := s.log.With("idempotency_key", key)
 	var placed *Order
@@ -239,7 +238,7 @@ func (s *Service) run(ctx context.Context, key string, req *Request, hash []byte
 // record expired and was cleaned up or taken over), that order is the outcome: it is
 // returned with existing set, or idempotency.ErrKeyReuse when it came from a different
 // request.
-func (s *Service) create(ctx context.Context, tx pgx.Tx, key string, req *Request, hash []byte, lease *fenceq.Lease) (*Order, bool, error) {
+func (s *Service) create(ctx context.Context, tx pgx.Tx, key string, req *Request, hash []byte, lease *queue.Lease) (*Order, bool, error) {
 	o := &Order{IdempotencyKey: key, CustomerEmail: req.CustomerEmail, Currency: req.Currency,
 		TotalCents: req.Total(), Items: append([]Item(nil), req.Items...)}
 	var outboxJob int64
@@ -323,7 +322,7 @@ func money(cents int64, currency string) string {
 func (s *Service) Get(ctx context.Context, id int64) (*Order, error) {
 	o, err := scanOrder(s.cfg.Pool.QueryRow(ctx, sqlGetOrder, id))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("order %d: %w", id, fenceq.ErrNotFound)
+		return nil, fmt.Errorf("order %d: %w", id, queue.ErrNotFound)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read order %d: %w", id, err)
@@ -344,7 +343,7 @@ func scanOrder(row pgx.Row, extra ...any) (*Order, error) {
 	return &o, nil
 }
 
-func getItems(ctx context.Context, db fenceq.DBTX, id int64) ([]Item, error) {
+func getItems(ctx context.Context, db queue.DBTX, id int64) ([]Item, error) {
 	rows, err := db.Query(ctx, sqlGetItems, id)
 	if err != nil {
 		return nil, fmt.Errorf("read items of order %d: %w", id, err)

@@ -1,0 +1,244 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/fenceq/fenceq/queue"
+	"github.com/jackc/pgx/v5"
+)
+
+// InsertParams describes one job to enqueue. Zero values take the defaults above.
+type InsertParams struct {
+	Queue string
+	Kind  string
+	// Args is a JSON object.
+	Args []byte
+	// Priority: lower runs first, 0–100. Nil means DefaultPriority.
+	Priority *int
+	// RunAt schedules the job at an absolute time. It wins over RunIn.
+	RunAt time.Time
+	// RunIn schedules the job this long after the database's now().
+	RunIn       time.Duration
+	MaxAttempts int
+	// UniqueKey, when set, makes a second insert with the same key return the existing
+	// job while the first is not finished (available, scheduled, running, retryable).
+	// With Unique set too, it is one part of the computed key.
+	UniqueKey string
+	// Unique makes the job unique by its args, period, queue and a chosen set of states
+	// (see UniqueOpts).
+	Unique queue.UniqueOpts
+	// Tags label the job for operators (ListParams.Tag): at most MaxTags, each like a
+	// queue name of at most MaxTagLen characters. Duplicates are dropped.
+	Tags []string
+	// MaxArgsBytes bounds the size of Args; 0 means DefaultMaxArgsBytes.
+	MaxArgsBytes int
+	// Metadata is a JSON object stored with the job (nil for none), at most
+	// MaxMetadataBytes long.
+	Metadata []byte
+
+	unique uniqueness // derived by normalize
+}
+
+func (p *InsertParams) normalize() error {
+	if p.Queue == "" {
+		p.Queue = queue.DefaultQueue
+	}
+	if p.Priority == nil {
+		p.Priority = new(queue.DefaultPriority)
+	}
+	if p.MaxAttempts == 0 {
+		p.MaxAttempts = queue.DefaultMaxAttempts
+	}
+	if len(p.Args) == 0 {
+		p.Args = []byte("{}")
+	}
+	if len(p.Metadata) == 0 {
+		p.Metadata = emptyObject
+	} else if err := queue.ValidateMetadata(p.Metadata); err != nil {
+		return err
+	}
+	if err := queue.ValidateQueue(p.Queue); err != nil {
+		return err
+	}
+	if err := queue.ValidateKind(p.Kind); err != nil {
+		return err
+	}
+	if err := queue.ValidateArgs(p.Args, p.MaxArgsBytes); err != nil {
+		return err
+	}
+	if err := queue.ValidatePriority(*p.Priority); err != nil {
+		return err
+	}
+	if err := queue.ValidateMaxAttempts(p.MaxAttempts); err != nil {
+		return err
+	}
+	if p.RunIn < 0 {
+		return invalid("run_in", "%s is negative", p.RunIn)
+	}
+	tags, err := queue.ValidateTags(p.Tags)
+	if err != nil {
+		return err
+	}
+	p.Tags = tags
+	return p.normalizeUnique()
+}
+
+// ValidateInsert checks p as Insert would, without touching the database, so that a
+// caller can reject bad input before it connects. Errors match ErrInvalid.
+func ValidateInsert(p InsertParams) error {
+	return p.normalize()
+}
+
+func (p *InsertParams) runAt() *time.Time {
+	if p.RunAt.IsZero() {
+		return nil
+	}
+	return &p.RunAt
+}
+
+// tagsParam is the tags column's value: never NULL.
+func (p *InsertParams) tagsParam() []string {
+	if p.Tags == nil {
+		return []string{}
+	}
+	return p.Tags
+}
+
+func nullString(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// Insert enqueues one job. With db a pgx.Tx the job is part of that transaction: invisible
+// until it commits, gone if it rolls back. Validation errors are returned before the
+// database is touched. When the job's unique key is held by another job, nothing is
+// inserted and that job comes back with Existing set.
+func Insert(ctx context.Context, db queue.DBTX, p InsertParams) (*queue.InsertResult, error) {
+	if err := p.normalize(); err != nil {
+		return nil, err
+	}
+	var res *queue.InsertResult
+	err := withConn(ctx, db, func(db queue.DBTX) error {
+		var err error
+		if res, err = insert(ctx, db, p); err != nil || res.Existing || res.Job.State != queue.StateAvailable {
+			return err
+		}
+		return notifyQueues(ctx, db, []string{p.Queue})
+	})
+	return res, err
+}
+
+func insert(ctx context.Context, db queue.DBTX, p InsertParams) (*queue.InsertResult, error) {
+	u := p.unique
+	// The holder of the key can leave the states that hold it between our conflicting
+	// insert and the read of it (or, for a key per period, the period can end); then the
+	// insert is simply tried again.
+	for try := 0; try < 5; try++ {
+		row := db.QueryRow(ctx, sqlInsertJob, p.Queue, p.Kind, p.Args, *p.Priority, p.runAt(),
+			p.MaxAttempts, u.keyParam(), micros(p.RunIn), p.Metadata, u.maskParam(), u.periodUS, p.tagsParam())
+		j, err := scanJob(row)
+		if err == nil {
+			return &queue.InsertResult{Job: j}, nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return nil, fmt.Errorf("insert %s job into queue %q: %w", p.Kind, p.Queue, err)
+		}
+		j, err = scanJob(db.QueryRow(ctx, sqlGetUniqueHolder, u.key, u.periodUS, p.runAt(), micros(p.RunIn)))
+		if err == nil {
+			return &queue.InsertResult{Job: j, Existing: true}, nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return nil, fmt.Errorf("read the job holding unique key %q: %w", u.key, err)
+		}
+	}
+	return nil, fmt.Errorf("insert %s job with unique key %q: kept racing with the job holding it", p.Kind, u.key)
+}
+
+// InsertMany enqueues many jobs with COPY and returns how many rows were inserted. Jobs
+// whose unique key is held by another job (or by an earlier job of the same batch) are
+// skipped. Every job is validated before anything is sent; one invalid job fails the
+// whole batch. With db a pgx.Tx the batch is part of that transaction.
+func InsertMany(ctx context.Context, db queue.Beginner, ps []InsertParams) (int64, error) {
+	simple := true
+	for i := range ps {
+		if err := ps[i].normalize(); err != nil {
+			return 0, fmt.Errorf("job %d of %d: %w", i+1, len(ps), err)
+		}
+		if ps[i].unique.key != "" || ps[i].runAt() != nil || ps[i].RunIn > 0 || len(ps[i].Metadata) > 2 || len(ps[i].Tags) > 0 {
+			simple = false
+		}
+	}
+	if len(ps) == 0 {
+		return 0, nil
+	}
+	var n int64
+	err := withConn(ctx, db, func(db queue.DBTX) error {
+		var err error
+		if n, err = insertMany(ctx, db.(queue.Beginner), ps, simple); err != nil || n == 0 {
+			return err
+		}
+		var queues []string
+		for i := range ps {
+			if ps[i].runAt() == nil && ps[i].RunIn <= 0 {
+				queues = append(queues, ps[i].Queue)
+			}
+		}
+		return notifyQueues(ctx, db, queues)
+	})
+	return n, err
+}
+
+func insertMany(ctx context.Context, db queue.Beginner, ps []InsertParams, simple bool) (int64, error) {
+	if simple {
+		// Every job runs now and has no unique key, no metadata and no tags: COPY
+		// straight into the table; the column defaults give run_at = now(), state =
+		// available, metadata = '{}' and tags = '{}'.
+		n, err := db.CopyFrom(ctx, pgx.Identifier{"fenceq_jobs"},
+			[]string{"queue", "kind", "args", "priority", "max_attempts"},
+			pgx.CopyFromSlice(len(ps), func(i int) ([]any, error) {
+				p := &ps[i]
+				return []any{p.Queue, p.Kind, p.Args, int16(*p.Priority), int32(p.MaxAttempts)}, nil
+			}))
+		if err != nil {
+			return n, fmt.Errorf("copy %d jobs: %w", len(ps), err)
+		}
+		return n, nil
+	}
+	// Otherwise COPY into a staging table and let one INSERT … SELECT decide run_at,
+	// state and the period part of unique keys with the database's clock, and skip the
+	// jobs whose key is held (ON CONFLICT DO NOTHING also skips a duplicate of an
+	// earlier row of the same statement).
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("copy %d jobs: begin: %w", len(ps), err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, sqlCreateStaging); err != nil {
+		return 0, fmt.Errorf("copy %d jobs: create staging table: %w", len(ps), err)
+	}
+	_, err = tx.CopyFrom(ctx, pgx.Identifier{"fenceq_jobs_staging"},
+		[]string{"ord", "queue", "kind", "args", "priority", "run_at", "run_in_us", "max_attempts", "unique_key",
+			"metadata", "unique_states", "unique_period_us", "tags"},
+		pgx.CopyFromSlice(len(ps), func(i int) ([]any, error) {
+			p := &ps[i]
+			return []any{int32(i), p.Queue, p.Kind, p.Args, int16(*p.Priority), p.runAt(), micros(p.RunIn),
+				int32(p.MaxAttempts), p.unique.keyParam(), p.Metadata, p.unique.maskParam(), p.unique.periodUS,
+				p.tagsParam()}, nil
+		}))
+	if err != nil {
+		return 0, fmt.Errorf("copy %d jobs into staging: %w", len(ps), err)
+	}
+	var inserted int64
+	if err := tx.QueryRow(ctx, sqlInsertFromStaging).Scan(&inserted); err != nil {
+		return 0, fmt.Errorf("insert %d staged jobs: %w", len(ps), err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, fmt.Errorf("copy %d jobs: commit: %w", len(ps), err)
+	}
+	return inserted, nil
+}

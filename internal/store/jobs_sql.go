@@ -1,0 +1,469 @@
+package store
+
+// SQL for fenceq_jobs. Every statement that writes under a lease carries
+// "lease_gen = " in its WHERE clause next to the job id and the running state, spelled
+// out for the batched statements and as leaseGuard (lockedGuard in the fenced
+// transaction) for the single-lease ones:
+//
+//	grep -n "lease_gen = \|leaseGuard\|lockedGuard" queue/*_sql.go
+//
+// Times are always the database's (now()); durations arrive as microseconds. States and
+// event kinds come from vocab.go.
+
+import (
+	"fmt"
+	"strings"
+)
+
+// sqlInsertJob: $7 the unique key's fixed part, $10 its state mask, $11 its period
+// (µs, 0 for none), $12 tags.
+//
+// A single VALUES row, its run_at spelled out where it is needed (now() is the
+// transaction's time, the same at each place): an INSERT … SELECT, even from a one-row
+// CTE, is one that Citus pulls to the coordinator and then commits in two phases.
+var sqlInsertJob = `
+INSERT INTO fenceq_jobs (queue, kind, args, priority, run_at, max_attempts, unique_key, state, metadata,
+    unique_states, tags)
+VALUES ($1, $2, $3, $4, ` + insertRunAt + `, $6, ` + uniqueKeySQL("$7::text", "$11::bigint", insertRunAt) + `,
+    CASE WHEN ` + insertRunAt + ` > now() THEN ` + sqlScheduled + ` ELSE ` + sqlAvailable + ` END, $9, $10, $12)
+ON CONFLICT (unique_key) WHERE ` + uniqueHeld + ` DO NOTHING
+RETURNING ` + jobColumns
+
+// insertRunAt is the run_at of sqlInsertJob: $5 an absolute time, else now() plus $8 µs.
+const insertRunAt = `COALESCE($5::timestamptz, now() + $8::bigint * interval '1 microsecond')`
+
+// sqlGetUniqueHolder reads the job holding a unique key: $1 the key's fixed part, $2 its
+// period (µs), $3 run_at, $4 run_in (µs), as given to sqlInsertJob.
+var sqlGetUniqueHolder = `
+SELECT ` + jobColumns + ` FROM fenceq_jobs
+WHERE unique_key = ` + uniqueKeySQL("$1::text", "$2::bigint", "COALESCE($3::timestamptz, now() + $4::bigint * interval '1 microsecond')") + `
+  AND ` + uniqueHeld
+
+// The staging table lives until the end of the transaction; TRUNCATE makes a second
+// InsertMany in one transaction start empty.
+const sqlCreateStaging = `
+CREATE TEMP TABLE IF NOT EXISTS fenceq_jobs_staging (
+    ord int, queue text, kind text, args jsonb, priority smallint, run_at timestamptz,
+    run_in_us bigint, max_attempts int, unique_key text, metadata jsonb,
+    unique_states smallint, unique_period_us bigint, tags text[]) ON COMMIT DROP;
+TRUNCATE fenceq_jobs_staging`
+
+// The rows inserted are counted from RETURNING rather than read from the command tag:
+// on Citus, where the INSERT … SELECT pulls the rows to the coordinator, the tag counts
+// the rows offered, including those ON CONFLICT skipped.
+var sqlInsertFromStaging = `
+WITH ins AS (
+INSERT INTO fenceq_jobs (queue, kind, args, priority, run_at, max_attempts, unique_key, state, metadata,
+    unique_states, tags)
+SELECT queue, kind, args, priority, at, max_attempts, ` + uniqueKeySQL("unique_key", "unique_period_us", "at") + `,
+       CASE WHEN at > now() THEN ` + sqlScheduled + ` ELSE ` + sqlAvailable + ` END, metadata, unique_states, tags
+FROM (SELECT s.*, COALESCE(s.run_at, now() + s.run_in_us * interval '1 microsecond') AS at
+      FROM fenceq_jobs_staging s ORDER BY ord) x
+ON CONFLICT (unique_key) WHERE ` + uniqueHeld + ` DO NOTHING
+RETURNING 1)
+SELECT count(*) FROM ins`
+
+// claimSQL is the claim: $1 queue, $2 limit, $3 worker id, $4 lease (µs). With after,
+// it claims only jobs after a position in claim order: $5 priority, $6 run_at, $7 id. The
+// row comparison is an index condition of fenceq_jobs_claim_idx, so that scan starts at
+// the position instead of walking, from the start of the available range, the index
+// entries of the jobs claimed since the last VACUUM. With kinds, it claims only jobs of
+// those kinds (the next parameter, a text array): a filter on the rows the same scan
+// visits, so jobs of other kinds are stepped over, never claimed (see ClaimParams.Kinds).
+func claimSQL(after, kinds bool) string {
+	cursor, kind := "", ""
+	if after {
+		cursor = `
+      AND (priority, run_at, id) > ($5::smallint, $6::timestamptz, $7::bigint)`
+	}
+	if kinds {
+		n := 5
+		if after {
+			n = 8
+		}
+		kind = fmt.Sprintf(`
+      AND kind = ANY($%d::text[])`, n)
+	}
+	return `
+WITH next AS (
+    SELECT id AS next_id FROM fenceq_jobs
+    WHERE state = ` + sqlAvailable + ` AND queue = $1 AND run_at <= now()` + cursor + kind + `
+      AND NOT EXISTS (SELECT 1 FROM fenceq_queues q WHERE q.name = $1 AND q.paused)
+    ORDER BY priority, run_at, id
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED)
+UPDATE fenceq_jobs
+SET state = ` + sqlRunning + `, attempt = attempt + 1, lease_gen = lease_gen + 1,
+    leased_by = $3, heartbeat_at = now(), attempted_at = now(),
+    lease_expires_at = now() + $4::bigint * interval '1 microsecond'
+FROM next WHERE id = next.next_id
+RETURNING ` + claimedColumns
+}
+
+var (
+	sqlClaim           = claimSQL(false, false)
+	sqlClaimAfter      = claimSQL(true, false)
+	sqlClaimKinds      = claimSQL(false, true)
+	sqlClaimKindsAfter = claimSQL(true, true)
+)
+
+// sqlOtherKindAhead finds the last available job of queue $1 whose kind is not among $2,
+// before the position ($3, $4, $5) in claim order, or anywhere when $3 is NULL. It walks
+// the claim index backwards from that position, over the jobs of the kinds in $2 (few:
+// a claim just took every one it could), to the first job of another kind.
+var sqlOtherKindAhead = `
+SELECT priority, run_at, id FROM fenceq_jobs
+WHERE state = ` + sqlAvailable + ` AND queue = $1 AND run_at <= now()
+  AND ($3::smallint IS NULL OR (priority, run_at, id) < ($3::smallint, $4::timestamptz, $5::bigint))
+  AND kind <> ALL($2::text[])
+ORDER BY priority DESC, run_at DESC, id DESC
+LIMIT 1`
+
+// sqlHeartbeat renews every lease a process holds in one statement and heartbeats the
+// worker row. $1 ids, $2 generations, $3 lease (µs), $4 worker id.
+//
+// The state is compared with a column of the batch so that rows are looked up by id
+// (see sqlCompleteMany). The held and renewed leases are aggregated apart (every renewed
+// lease is also held), because joining them makes a nested loop, quadratic in the
+// leases. Both come back as (id, generation) pairs: a worker can send two leases of one
+// job (an old one, revoked while its handler still runs, and the one it claimed
+// afterwards), and only the matching generation is held.
+//
+// A lease whose row still carries its generation but is no longer running was ended by
+// the holder's own write (only the holder leaves running without bumping the
+// generation: see Landed), which may land between the worker's snapshot of its leases
+// and this statement; it comes back as finished, not lost.
+//
+// Rows locked by someone else right now (this process's own fenced commit, the reaper,
+// an operator) are skipped rather than waited for, so one long transaction cannot stall
+// the renewal of every other lease. Such a lease is reported as held-but-not-renewed
+// when its generation still matches in the statement's snapshot, and as lost otherwise.
+var sqlHeartbeat = `
+WITH l AS MATERIALIZED (
+    SELECT l.*, ` + sqlRunning + `::text AS lstate FROM unnest($1::bigint[], $2::bigint[]) AS l(lid, lgen)),
+held AS (
+    SELECT j.id, j.lease_gen, j.state = l.lstate AS running FROM fenceq_jobs j JOIN l ON j.id = l.lid
+    WHERE j.lease_gen = l.lgen),
+lk AS (
+    SELECT j.id AS lk_id, l.lgen AS lk_gen, l.lstate AS lk_state FROM fenceq_jobs j JOIN l ON j.id = l.lid
+    WHERE j.lease_gen = l.lgen AND j.state = l.lstate
+    ORDER BY j.id
+    FOR NO KEY UPDATE OF j SKIP LOCKED),
+upd AS (
+    UPDATE fenceq_jobs j
+    SET heartbeat_at = now(), lease_expires_at = now() + $3::bigint * interval '1 microsecond'
+    FROM lk WHERE j.id = lk.lk_id AND j.lease_gen = lk.lk_gen AND j.state = lk.lk_state
+    RETURNING j.id, j.lease_gen),
+w AS (UPDATE fenceq_workers SET heartbeat_at = now() WHERE id = $4 RETURNING id)
+SELECT h.ids, h.gens, h.running, u.ids, u.gens, (SELECT count(*) FROM w)
+FROM (SELECT COALESCE(array_agg(id), '{}')::bigint[] AS ids, COALESCE(array_agg(lease_gen), '{}')::bigint[] AS gens,
+             COALESCE(array_agg(running), '{}')::boolean[] AS running FROM held) h,
+     (SELECT COALESCE(array_agg(id), '{}')::bigint[] AS ids, COALESCE(array_agg(lease_gen), '{}')::bigint[] AS gens FROM upd) u`
+
+// fencedSQL is a single-lease write in the two forms fencedWrite runs. Both take $1 id,
+// $2 gen, $3 worker and $4 the operation (the event's detail); the write's own
+// parameters start at $5, and both return the row's new state, or no row when the
+// lease is gone.
+type fencedSQL struct {
+	// one records the rejection of a write that matched nothing in the same statement.
+	one string
+	// routed is the write alone: one modification, which a Citus coordinator sends
+	// whole to the node holding the schema. A statement that also inserts (an INSERT
+	// in a CTE) is planned in steps on the coordinator and committed in two phases
+	// across it and that node; fencedWrite records the rejection with a second,
+	// routed statement instead. $3 and $4 are typed in a CTE of their own so that the
+	// parameters stay those of one.
+	routed string
+}
+
+// staleWrite wraps a single-lease write in its two forms (see fencedSQL).
+func staleWrite(write string) fencedSQL {
+	return fencedSQL{
+		one: `
+WITH upd AS (` + write + `),
+rej AS (
+    INSERT INTO fenceq_lease_events (job_id, lease_gen, worker_id, kind, detail)
+    SELECT $1, $2, $3, ` + sqlEventStaleWrite + `, $4::text
+    WHERE NOT EXISTS (SELECT 1 FROM upd)
+    RETURNING id)
+SELECT upd.state FROM upd`,
+		routed: `
+WITH upd AS (` + write + `),
+p AS (SELECT $3::text AS worker, $4::text AS op)
+SELECT upd.state FROM upd, p`,
+	}
+}
+
+// leaseGuard is the WHERE clause of every single-lease write.
+var leaseGuard = `WHERE id = $1 AND lease_gen = $2 AND state = ` + sqlRunning
+
+// sqlComplete: $5 the job's output (NULL for none).
+var sqlComplete = staleWrite(`
+    UPDATE fenceq_jobs SET state = ` + sqlCompleted + `, finished_at = now(), lease_expires_at = NULL,
+        output = $5::jsonb
+    ` + leaseGuard + `
+    RETURNING state`)
+
+// sqlCompleteMany: $1 ids, $2 generations, $3 worker, $4 outputs (NULL elements for
+// jobs without one; an empty or NULL array when none has one: unnest pads the shorter
+// arrays with NULLs). Returns the (id, generation) pairs
+// whose lease was lost: one batch can carry two leases of one job (an old one revoked
+// while its handler still ran here, and the one claimed afterwards).
+//
+// The fence compares the row's state with a column of the batch (l.lstate, always
+// running) rather than with a constant, so that it is a join condition and not a
+// restriction on fenceq_jobs. As a restriction, the planner estimates it from
+// statistics taken when no job was running (about one row) and either scans the whole
+// running range of an index (walking the entries of every job completed since the last
+// VACUUM) or makes fenceq_jobs the outer side of a nested loop. As a join condition it
+// leaves the rows to be found by id in the primary key. The batch is MATERIALIZED so
+// its constant stays opaque to the planner.
+var sqlCompleteMany = completeManyUpdate("$4") + `,
+rej AS (
+    INSERT INTO fenceq_lease_events (job_id, lease_gen, worker_id, kind, detail)
+    SELECT l.lid, l.lgen, $3, ` + sqlEventStaleWrite + `, 'complete'
+    FROM l WHERE NOT EXISTS (SELECT 1 FROM upd WHERE upd.id = l.lid AND upd.lease_gen = l.lgen)
+    RETURNING job_id, lease_gen)
+SELECT COALESCE(array_agg(job_id), '{}')::bigint[], COALESCE(array_agg(lease_gen), '{}')::bigint[] FROM rej`
+
+// sqlCompleteManyRouted is sqlCompleteMany without the rejection records, for Citus
+// (see fencedSQL): $1 ids, $2 generations, $3 outputs. It returns the (id, generation)
+// pairs it completed; the caller records the others.
+var sqlCompleteManyRouted = completeManyUpdate("$3") + `
+SELECT COALESCE(array_agg(id), '{}')::bigint[], COALESCE(array_agg(lease_gen), '{}')::bigint[] FROM upd`
+
+// completeManyUpdate is the batch of leases ($1 ids, $2 generations, outputs the
+// parameter named) and its fenced UPDATE, the CTEs both forms of the batched completion
+// start with.
+func completeManyUpdate(outputs string) string {
+	return `
+WITH l AS MATERIALIZED (
+    SELECT l.*, ` + sqlRunning + `::text AS lstate
+    FROM unnest($1::bigint[], $2::bigint[], ` + outputs + `::jsonb[]) AS l(lid, lgen, lout)),
+upd AS (
+    UPDATE fenceq_jobs j SET state = ` + sqlCompleted + `, finished_at = now(), lease_expires_at = NULL,
+        output = l.lout
+    FROM l WHERE j.id = l.lid AND j.lease_gen = l.lgen AND j.state = l.lstate
+    RETURNING j.id, j.lease_gen)`
+}
+
+// sqlFail: $5 discard now, $6 backoff (µs), $7 error, $8 trace, $9 whether the backoff
+// counts from the attempt's attempted_at (never earlier than now()) rather than now().
+//
+// The time is read once, in c: CASE branches and expressions over the row's columns
+// hold no function that is not IMMUTABLE (see errorEntry and addMicros), which is what
+// Citus needs to run the statement on the node that holds the row.
+var sqlFail = staleWrite(`
+    UPDATE fenceq_jobs SET
+        state = CASE WHEN $5::boolean OR attempt >= max_attempts THEN ` + sqlDiscarded + ` ELSE ` + sqlRetryable + ` END,
+        run_at = CASE WHEN $5::boolean OR attempt >= max_attempts THEN run_at
+                      WHEN $9::boolean THEN GREATEST(` + addMicros("attempted_at", "$6::bigint") + `, c.now)
+                      ELSE c.later END,
+        finished_at = CASE WHEN $5::boolean OR attempt >= max_attempts THEN c.now END,
+        leased_by = CASE WHEN $5::boolean OR attempt >= max_attempts THEN leased_by END,
+        lease_expires_at = NULL,
+        errors = errors || ` + errorEntry(`'at', now(), 'worker', $3::text, 'error', $7::text, 'trace', $8::text`, "attempt", "lease_gen") + `
+    FROM (SELECT now() AS now, now() + $6::bigint * interval '1 microsecond' AS later) c
+    ` + leaseGuard + `
+    RETURNING state`)
+
+// sqlSnooze: $5 delay (µs). Snoozing does not use up an attempt.
+var sqlSnooze = staleWrite(`
+    UPDATE fenceq_jobs SET
+        state = CASE WHEN $5::bigint > 0 THEN ` + sqlScheduled + ` ELSE ` + sqlAvailable + ` END,
+        run_at = now() + $5::bigint * interval '1 microsecond',
+        max_attempts = max_attempts + 1,
+        leased_by = NULL, lease_expires_at = NULL
+    ` + leaseGuard + `
+    RETURNING state`)
+
+// sqlCancel: $5 reason.
+var sqlCancel = staleWrite(`
+    UPDATE fenceq_jobs SET state = ` + sqlCancelled + `, finished_at = now(), lease_expires_at = NULL,
+        errors = errors || ` + errorEntry(`'at', now(), 'worker', $3::text, 'error', $5::text`, "attempt", "lease_gen") + `
+    ` + leaseGuard + `
+    RETURNING state`)
+
+// sqlRelease gives a job back on shutdown; the attempt is not counted.
+var sqlRelease = staleWrite(`
+    UPDATE fenceq_jobs SET state = ` + sqlAvailable + `, attempt = GREATEST(attempt - 1, 0),
+        leased_by = NULL, lease_expires_at = NULL
+    ` + leaseGuard + `
+    RETURNING state`)
+
+// lockedGuard is leaseGuard for the statements of the fenced transaction, with the
+// running state compared to an uncorrelated subquery (an InitPlan: a value known only
+// at execution). Compared to the constant, state = 'running' matches the predicate of
+// the partial fenceq_jobs_lease_idx, and with statistics taken while few jobs ran the
+// planner estimates that index to hold one row and picks it over the primary key —
+// custom and generic plans alike — so every lock and completion would walk the entries
+// of every running job. With the subquery only the primary key can find the row.
+var lockedGuard = `WHERE id = $1 AND lease_gen = $2 AND state = (SELECT ` + sqlRunning + `::text)`
+
+// sqlLockLease is the fence of a handler's transaction: the row lock keeps the reaper
+// and every other writer out until COMMIT.
+var sqlLockLease = `
+SELECT state FROM fenceq_jobs
+` + lockedGuard + `
+FOR UPDATE`
+
+// sqlLockLeaseChecked is sqlLockLease for a transaction sent as one pipeline: when the
+// lease is gone it raises an error instead of returning no row, so the server skips
+// every statement queued behind it (the writes, the completion, COMMIT) and the
+// transaction is left aborted.
+var sqlLockLeaseChecked = exactlyOneRow(lockMissed, `(SELECT 1 FROM fenceq_jobs `+lockedGuard+` FOR UPDATE) l`)
+
+// exactlyOneRow selects 1 when rows (a FROM item) holds one row, and otherwise raises
+// an error whose text starts with missed and names the count: the ELSE arm casts that
+// text to integer, and depends on count(*), so the planner cannot fold it into a
+// constant that would fail every execution. See isMissed.
+func exactlyOneRow(missed, rows string) string {
+	return `
+SELECT CASE count(*) WHEN 1 THEN 1
+       ELSE (` + sqlLit(missed) + ` || count(*))::int END
+FROM ` + rows
+}
+
+// lockMissed starts the error text of a checked lock that matched no row.
+const lockMissed = "fenceq: fenced lock matched rows: "
+
+// sqlCompleteLocked: $3 the job's output (NULL for none).
+var sqlCompleteLocked = `
+UPDATE fenceq_jobs SET state = ` + sqlCompleted + `, finished_at = now(), lease_expires_at = NULL,
+    output = $3::jsonb
+` + lockedGuard
+
+// sqlCompleteLockedChecked is sqlCompleteLocked for a pipeline that sends COMMIT right
+// behind it: a completion that matched no row raises an error (exactlyOneRow), which
+// makes the server skip the COMMIT queued after it and leaves the transaction aborted.
+// A row count checked in Go would come too late: the COMMIT would already have run. $3
+// the job's output (NULL for none).
+var sqlCompleteLockedChecked = `
+WITH done AS (
+    UPDATE fenceq_jobs SET state = ` + sqlCompleted + `, finished_at = now(), lease_expires_at = NULL,
+        output = $3::jsonb
+    ` + lockedGuard + `
+    RETURNING 1)` + exactlyOneRow(completionMissed, "done")
+
+// completionMissed starts the error text of a checked completion that matched no row.
+const completionMissed = "fenceq: fenced completion matched rows: "
+
+// sqlJobLease reads the generation and state a job has now (Landed).
+const sqlJobLease = `SELECT lease_gen, state FROM fenceq_jobs WHERE id = $1`
+
+var sqlRecordStale = `
+INSERT INTO fenceq_lease_events (job_id, lease_gen, worker_id, kind, detail)
+VALUES ($1, $2, $3, ` + sqlEventStaleWrite + `, $4)`
+
+// sqlReap revokes expired leases. $1 limit, $2 freshness (µs) of a holder's worker
+// heartbeat that counts as alive.
+var sqlReap = reapRevoke + `,
+ev AS (
+    INSERT INTO fenceq_lease_events (job_id, lease_gen, worker_id, kind, detail)
+    SELECT id, egen, eby, ` + sqlEventRevoked + `, ` + sqlLit(detailExpired) + ` || '; now ' || state FROM upd
+    UNION ALL
+    SELECT u.id, u.egen, u.eby, ` + sqlEventHolderAlive + `, ` + sqlLit(detailHolderAlive) + `
+    FROM upd u JOIN alive a ON a.id = u.id),
+wake AS (
+    SELECT count(pg_notify(` + sqlLit(ChannelPrefix) + ` || current_schema(), q)) AS n
+    FROM (SELECT DISTINCT queue AS q FROM upd WHERE state = ` + sqlAvailable + `) x)
+` + reapResult + ` CROSS JOIN wake`
+
+// sqlReapRouted is sqlReap without the events and the wake-ups, for Citus (see
+// fencedSQL): Reap records the events in the same transaction and notifies on the
+// coordinator.
+var sqlReapRouted = reapRevoke + "\n" + reapResult
+
+// reapRevoke is the part of the reaper's statement that revokes and finds the holders
+// still alive.
+var reapRevoke = `
+WITH expired AS (
+    SELECT id AS eid, lease_gen AS egen, leased_by AS eby,
+           jsonb_build_object('at', now(), 'attempt', attempt, 'lease_gen', lease_gen, 'worker', leased_by,
+               'error', ` + sqlLit(detailExpired) + ` || ' (last heartbeat ' || heartbeat_at || ')') AS eerr,
+           now() AS enow
+    FROM fenceq_jobs
+    WHERE state = ` + sqlRunning + ` AND lease_expires_at < now()
+    ORDER BY lease_expires_at
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED),
+upd AS (
+    UPDATE fenceq_jobs j SET
+        lease_gen = j.lease_gen + 1,
+        state = CASE WHEN j.attempt >= j.max_attempts THEN ` + sqlDiscarded + ` ELSE ` + sqlAvailable + ` END,
+        finished_at = CASE WHEN j.attempt >= j.max_attempts THEN e.enow END,
+        leased_by = NULL, lease_expires_at = NULL,
+        errors = j.errors || e.eerr
+    FROM expired e
+    WHERE j.id = e.eid AND j.lease_gen = e.egen AND j.state = ` + sqlRunning + `
+    RETURNING j.id, e.egen, e.eby, j.state, j.queue, j.kind),
+alive AS (
+    SELECT u.id FROM upd u JOIN fenceq_workers w ON w.id = u.eby
+    WHERE w.heartbeat_at > now() - $2::bigint * interval '1 microsecond')`
+
+// reapResult is the reaper's result: one row per revocation.
+const reapResult = `SELECT u.id, u.egen, COALESCE(u.eby, ''), u.state, u.queue, u.kind,
+       EXISTS (SELECT 1 FROM alive a WHERE a.id = u.id)
+FROM upd u`
+
+// sqlPromoteDue makes scheduled and retryable jobs whose time has come available.
+var sqlPromoteDue = `
+WITH due AS (
+    SELECT id AS did FROM fenceq_jobs
+    WHERE state IN ` + sqlDue + ` AND run_at <= now()
+    ORDER BY run_at
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED),
+upd AS (
+    UPDATE fenceq_jobs j SET state = ` + sqlAvailable + `
+    FROM due WHERE j.id = due.did AND j.state IN ` + sqlDue + `
+    RETURNING j.queue)
+SELECT (SELECT count(*) FROM upd),
+       (SELECT count(pg_notify(` + sqlLit(ChannelPrefix) + ` || current_schema(), q))
+        FROM (SELECT DISTINCT queue AS q FROM upd) x),
+       (SELECT COALESCE(array_agg(DISTINCT queue), '{}') FROM upd)`
+
+// sqlPruneFinished deletes finished jobs older than $1 (µs), at most $2 of them.
+var sqlPruneFinished = `
+WITH old AS (
+    SELECT id AS oid FROM fenceq_jobs
+    WHERE finished_at < now() - $1::bigint * interval '1 microsecond'
+    ORDER BY finished_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED)
+DELETE FROM fenceq_jobs j USING old
+WHERE j.id = old.oid AND j.state IN ` + sqlFinal
+
+const sqlPruneLeaseEvents = `
+DELETE FROM fenceq_lease_events WHERE id IN (
+    SELECT id FROM fenceq_lease_events WHERE at < now() - $1::bigint * interval '1 microsecond'
+    ORDER BY at LIMIT $2)`
+
+// errorEntry is the SQL of one entry appended to a job's errors array: the object built
+// from consts (key-value pairs of constants, parameters and now(), no column) with each
+// integer column of cols added under its own name (the part after any "alias.").
+//
+// It is spelled with IMMUTABLE functions only wherever a column is involved (jsonb_set,
+// integer to text to jsonb): Citus runs an UPDATE on the node that holds the row only
+// when every function over the row's columns is IMMUTABLE (jsonb_build_object is
+// STABLE), and evaluates the column-free rest once, on the coordinator. "array ||
+// object" appends the object as an element, as jsonb_build_array would.
+func errorEntry(consts string, cols ...string) string {
+	s := "jsonb_build_object(" + consts + ")"
+	for _, c := range cols {
+		name := c
+		if i := strings.LastIndexByte(c, '.'); i >= 0 {
+			name = c[i+1:]
+		}
+		s = "jsonb_set(" + s + ", '{" + name + "}', (" + c + ")::text::jsonb)"
+	}
+	return s
+}
+
+// addMicros is the SQL of the instant ts plus us microseconds (a bigint expression),
+// spelled with IMMUTABLE functions only: timestamptz + interval is STABLE (it depends
+// on the session's time zone for days and months), timestamp + interval is not. A
+// duration in microseconds has no days or months, so the result is the same instant.
+func addMicros(ts, us string) string {
+	return "(((" + ts + ") AT TIME ZONE 'UTC') + (" + us + ") * interval '1 microsecond') AT TIME ZONE 'UTC'"
+}

@@ -1,0 +1,311 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fenceq/fenceq/internal/store"
+	"github.com/fenceq/fenceq/queue"
+)
+
+// beginnerOnly hides the pool's type, so WithLease takes its one-statement-per-round-
+// trip path.
+type beginnerOnly struct{ *pgxpool.Pool }
+
+// leaseDBs are the kinds of db WithLease is given: a pool and a connection (pipelined)
+// and any other Beginner.
+func leaseDBs(t *testing.T, b *testBundle) map[string]queue.Beginner {
+	t.Helper()
+	conn, err := pgx.Connect(b.ctx, b.db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	return map[string]queue.Beginner{"pool": b.db.Pool, "conn": conn, "beginner": beginnerOnly{b.db.Pool}}
+}
+
+func createResults(t *testing.T, b *testBundle) {
+	t.Helper()
+	if _, err := b.db.Pool.Exec(b.ctx, `CREATE TABLE results (job_id bigint PRIMARY KEY, lease_gen bigint NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (b *testBundle) results(t *testing.T, id int64) int {
+	t.Helper()
+	var n int
+	if err := b.db.Pool.QueryRow(b.ctx, `SELECT count(*) FROM results WHERE job_id = $1`, id).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func insertResult(ctx context.Context, tx pgx.Tx, l queue.Lease) error {
+	_, err := tx.Exec(ctx, `INSERT INTO results (job_id, lease_gen) VALUES ($1, $2)`, l.JobID, l.Gen)
+	return err
+}
+
+// Every kind of db commits the rows, the output and the completion together, keeps a
+// job running without Complete, and rejects a revoked lease before the function runs.
+func TestWithLeaseOnEveryKindOfDB(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	createResults(t, b)
+	for name, db := range leaseDBs(t, b) {
+		t.Run(name, func(t *testing.T) {
+			b.insert(t, store.InsertParams{Kind: "fenced"})
+			l := store.LeaseOf(b.claim(t, "holder", 1, time.Minute)[0])
+			how := store.LeaseTx{Complete: true, Output: func() []byte { return []byte(`{"ok":true}`) }}
+			if err := store.WithLease(b.ctx, db, l, how, func(ctx context.Context, tx pgx.Tx) error {
+				return insertResult(ctx, tx, l)
+			}); err != nil {
+				t.Fatalf("commit: %v", err)
+			}
+			got := b.job(t, l.JobID)
+			if got.State != queue.StateCompleted || got.LeaseGen != l.Gen || string(got.Output) != `{"ok": true}` || b.results(t, l.JobID) != 1 {
+				t.Fatalf("after commit: state %s gen %d output %s results %d", got.State, got.LeaseGen, got.Output, b.results(t, l.JobID))
+			}
+
+			b.insert(t, store.InsertParams{Kind: "fenced"})
+			l = store.LeaseOf(b.claim(t, "holder", 1, time.Minute)[0])
+			if err := store.WithLease(b.ctx, db, l, store.LeaseTx{}, func(ctx context.Context, tx pgx.Tx) error {
+				return insertResult(ctx, tx, l)
+			}); err != nil {
+				t.Fatalf("with lease: %v", err)
+			}
+			if got := b.job(t, l.JobID); got.State != queue.StateRunning || b.results(t, l.JobID) != 1 {
+				t.Fatalf("after WithLease without Complete: state %s results %d", got.State, b.results(t, l.JobID))
+			}
+
+			b.expire(t, l.JobID)
+			if revs, err := store.Reap(b.ctx, b.db.Pool, store.ReapParams{}); err != nil || len(revs) != 1 {
+				t.Fatalf("reap: %+v %v", revs, err)
+			}
+			before := b.events(t, queue.EventStaleWriteRejected)
+			called := false
+			err := store.WithLease(b.ctx, db, l, store.LeaseTx{Complete: true}, func(context.Context, pgx.Tx) error {
+				called = true
+				return nil
+			})
+			if !errors.Is(err, queue.ErrLeaseLost) || called {
+				t.Fatalf("commit after revocation: %v, body ran %v; want ErrLeaseLost before the body", err, called)
+			}
+			if n := b.events(t, queue.EventStaleWriteRejected); n != before+1 {
+				t.Fatalf("stale_write_rejected events %d → %d, want one more", before, n)
+			}
+			// Take the revoked job out of the way of the next claims.
+			if _, err := b.db.Pool.Exec(b.ctx, `DELETE FROM fenceq_jobs WHERE id = $1`, l.JobID); err != nil {
+				t.Fatal(err)
+			}
+			// The connection is usable afterwards: nothing was left open on it.
+			if err := store.WithLease(b.ctx, db, store.LeaseOf(b.claimOne(t)), store.LeaseTx{Complete: true}, nil); err != nil {
+				t.Fatalf("commit after a rejected one: %v", err)
+			}
+		})
+	}
+}
+
+func (b *testBundle) claimOne(t *testing.T) *queue.JobRow {
+	t.Helper()
+	b.insert(t, store.InsertParams{Kind: "fenced"})
+	return b.claim(t, "holder", 1, time.Minute)[0]
+}
+
+// A completion that matches no row although the lock held (here the function itself
+// moved the job's generation) fails before COMMIT: nothing the function wrote is kept,
+// and the error matches ErrLeaseLost.
+func TestWithLeaseCompletionMissCommitsNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	createResults(t, b)
+	for name, db := range leaseDBs(t, b) {
+		t.Run(name, func(t *testing.T) {
+			l := store.LeaseOf(b.claimOne(t))
+			err := store.WithLease(b.ctx, db, l, store.LeaseTx{Complete: true}, func(ctx context.Context, tx pgx.Tx) error {
+				if err := insertResult(ctx, tx, l); err != nil {
+					return err
+				}
+				_, err := tx.Exec(ctx, `UPDATE fenceq_jobs SET lease_gen = lease_gen + 1 WHERE id = $1`, l.JobID)
+				return err
+			})
+			if !errors.Is(err, queue.ErrLeaseLost) {
+				t.Fatalf("commit whose completion matched no row: %v, want ErrLeaseLost", err)
+			}
+			if got := b.job(t, l.JobID); got.State != queue.StateRunning || got.LeaseGen != l.Gen || b.results(t, l.JobID) != 0 {
+				t.Fatalf("after the missed completion: state %s gen %d results %d; want nothing written", got.State, got.LeaseGen, b.results(t, l.JobID))
+			}
+			if err := store.WithLease(b.ctx, db, l, store.LeaseTx{Complete: true}, func(ctx context.Context, tx pgx.Tx) error {
+				return insertResult(ctx, tx, l)
+			}); err != nil {
+				t.Fatalf("commit on the same db afterwards: %v", err)
+			}
+		})
+	}
+}
+
+// Inside a fenced transaction, pipelined or not, Commit is refused, Rollback fails the
+// transaction as a whole, and the transaction cannot be used once the function
+// returned.
+func TestWithLeaseTxEndsWithItsFunction(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	createResults(t, b)
+	for _, name := range []string{"pool", "conn", "beginner"} {
+		db := leaseDBs(t, b)[name]
+		t.Run(name, func(t *testing.T) {
+			l := store.LeaseOf(b.claimOne(t))
+			var commitErr error
+			var kept pgx.Tx
+			err := store.WithLease(b.ctx, db, l, store.LeaseTx{Complete: true}, func(ctx context.Context, tx pgx.Tx) error {
+				kept = tx
+				if err := insertResult(ctx, tx, l); err != nil {
+					return err
+				}
+				commitErr = tx.Commit(ctx)
+				return nil
+			})
+			if err != nil || commitErr == nil {
+				t.Fatalf("commit: %v, Commit inside the function: %v; want the commit and a refused Commit", err, commitErr)
+			}
+			if got := b.job(t, l.JobID); got.State != queue.StateCompleted || b.results(t, l.JobID) != 1 {
+				t.Fatalf("after commit: state %s results %d", got.State, b.results(t, l.JobID))
+			}
+			if _, err := kept.Exec(b.ctx, `SELECT 1`); !errors.Is(err, pgx.ErrTxClosed) {
+				t.Fatalf("Exec on the transaction after its function returned: %v, want ErrTxClosed", err)
+			}
+			rows, _ := kept.Query(b.ctx, `SELECT 1`)
+			if _, err := pgx.CollectRows(rows, pgx.RowTo[int]); !errors.Is(err, pgx.ErrTxClosed) {
+				t.Fatalf("Query on the transaction after its function returned: %v, want ErrTxClosed", err)
+			}
+
+			l = store.LeaseOf(b.claimOne(t))
+			err = store.WithLease(b.ctx, db, l, store.LeaseTx{Complete: true}, func(ctx context.Context, tx pgx.Tx) error {
+				if err := insertResult(ctx, tx, l); err != nil {
+					return err
+				}
+				return tx.Rollback(ctx)
+			})
+			if err == nil || errors.Is(err, queue.ErrLeaseLost) {
+				t.Fatalf("commit whose function rolled back: %v, want an error other than ErrLeaseLost", err)
+			}
+			if got := b.job(t, l.JobID); got.State != queue.StateRunning || got.LeaseGen != l.Gen || b.results(t, l.JobID) != 0 {
+				t.Fatalf("after the rollback: state %s gen %d results %d; want nothing written", got.State, got.LeaseGen, b.results(t, l.JobID))
+			}
+		})
+	}
+}
+
+// sendCounter counts what a connection sends: each query and each batch is one round
+// trip (statement preparation is traced apart and not counted).
+type sendCounter struct{ n atomic.Int64 }
+
+func (c *sendCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	c.n.Add(1)
+	return ctx
+}
+func (c *sendCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (c *sendCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	c.n.Add(1)
+	return ctx
+}
+func (c *sendCounter) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (c *sendCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+
+// A pipelined fenced commit costs two round trips besides the function's statements:
+// BEGIN with the lock, the completion with COMMIT.
+// countedConn is a connection to the test's schema whose round trips counter counts.
+func countedConn(t *testing.T, b *testBundle) (*pgx.Conn, *sendCounter) {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(b.db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	counter := &sendCounter{}
+	cfg.Tracer = counter
+	conn, err := pgx.ConnectConfig(b.ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	return conn, counter
+}
+
+func TestWithLeasePipelinedRoundTrips(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	createResults(t, b)
+	conn, counter := countedConn(t, b)
+	for i := range 3 {
+		l := store.LeaseOf(b.claimOne(t))
+		before := counter.n.Load()
+		if err := store.WithLease(b.ctx, conn, l, store.LeaseTx{Complete: true}, func(ctx context.Context, tx pgx.Tx) error {
+			return insertResult(ctx, tx, l)
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if n := counter.n.Load() - before; n != 3 {
+			t.Fatalf("commit %d: %d round trips for one statement of the function, want 3", i, n)
+		}
+	}
+}
+
+// The fenced transaction's lock and completion find the job by its primary key, with
+// many jobs running and statistics taken when none ran (a fresh, analyzed table, as in
+// every benchmark run): compared to the constant 'running', the partial index over
+// running jobs looks like one row to the planner and would be walked whole instead.
+func TestFencedStatementsFindTheRowByID(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ps := make([]store.InsertParams, 500)
+	for i := range ps {
+		ps[i] = store.InsertParams{Kind: "plan"}
+	}
+	if _, err := store.InsertMany(b.ctx, b.db.Pool, ps); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.db.Pool.Exec(b.ctx, `VACUUM ANALYZE fenceq_jobs`); err != nil {
+		t.Fatal(err)
+	}
+	l := store.LeaseOf(b.claim(t, "holder", 400, time.Minute)[0])
+	conn, err := pgx.Connect(b.ctx, b.db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(b.ctx)
+	stmts := map[string]string{
+		"lock(bigint, bigint)":            store.SQLLockLease,
+		"lockchecked(bigint, bigint)":     store.SQLLockLeaseChecked,
+		"complete(bigint, bigint, jsonb)": store.SQLCompleteLockedChecked,
+	}
+	for sig, sql := range stmts {
+		if _, err := conn.Exec(b.ctx, "PREPARE "+sig+" AS "+sql); err != nil {
+			t.Fatalf("prepare %s: %v", sig, err)
+		}
+	}
+	for _, mode := range []string{"force_generic_plan", "force_custom_plan"} {
+		if _, err := conn.Exec(b.ctx, "SET plan_cache_mode = "+mode); err != nil {
+			t.Fatal(err)
+		}
+		for _, exec := range []string{"lock($1, $2)", "lockchecked($1, $2)", "complete($1, $2, NULL)"} {
+			rows, err := conn.Query(b.ctx, "EXPLAIN EXECUTE "+exec, pgx.QueryExecModeSimpleProtocol, l.JobID, l.Gen)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			if err != nil {
+				t.Fatalf("explain %s: %v", exec, err)
+			}
+			plan := strings.Join(lines, "\n")
+			if !strings.Contains(plan, "fenceq_jobs_pkey") {
+				t.Errorf("%s, %s: the plan does not find the job by its primary key:\n%s", mode, exec, plan)
+			}
+		}
+	}
+}
