@@ -32,9 +32,10 @@ func periodicCommand() *ucli.Command {
 				Name:      "add",
 				Usage:     "add a schedule; its first slot is the first after now",
 				ArgsUsage: "NAME",
-				Description: "SPEC is a cron expression (five fields, or six with seconds first), @hourly, @daily,\n" +
-					"@weekly, @monthly, @yearly, or \"@every D\" (whole seconds, aligned to the Unix epoch).\n" +
-					"Cron fields are read on the wall clock of --timezone. Examples:\n" +
+				Description: "NAME names the schedule. --schedule says when its slots fall: a cron expression\n" +
+					"(five fields, or six with seconds first), @hourly, @daily, @weekly, @monthly, @yearly, or\n" +
+					"\"@every D\" (whole seconds, aligned to the Unix epoch). Cron fields are read on the wall\n" +
+					"clock of --timezone. Examples:\n" +
 					"  fenceq periodic add nightly --schedule '30 2 * * *' --timezone Europe/Berlin --kind noop\n" +
 					"  fenceq periodic add pulse --schedule '@every 30s' --kind sleep --args '{\"duration\": \"1s\"}'",
 				Flags: []ucli.Flag{
@@ -90,7 +91,7 @@ var flagOf = map[string]string{"spec": "--schedule", "timezone": "--timezone", "
 	"queue": "--queue", "missed": "--missed", "priority": "--priority", "max_attempts": "--max-attempts", "name": "NAME"}
 
 func periodicAdd(c *ucli.Context) error {
-	name, err := periodicName(c, "NAME --schedule SPEC --kind K [--args JSON] [flags]")
+	name, err := periodicName(c, "NAME --schedule WHEN --kind KIND [--args JSON] [flags]")
 	if err != nil {
 		return err
 	}
