@@ -38,7 +38,8 @@ type Config struct {
 	LeaseMargin time.Duration
 	// ReaperInterval is how often expired leases are revoked and due jobs promoted.
 	// A job whose holder stopped heartbeating is offered again within LeaseDuration +
-	// ReaperInterval. Defaults to 5s.
+	// ReaperInterval, and a scheduled job or a retry becomes available up to
+	// ReaperInterval after its run_at. Defaults to 5s.
 	ReaperInterval time.Duration
 	// PollInterval is how often each queue is polled when no wake-up arrives. Defaults
 	// to 1s.
@@ -67,6 +68,7 @@ type Config struct {
 	// removed. Defaults to 10×LeaseDuration.
 	StaleWorkerAge time.Duration
 	// Backoff is the retry policy. Defaults to 1s doubling, capped at 1h, 20% jitter.
+	// A retry runs at the first promotion pass (every ReaperInterval) after its delay.
 	Backoff Backoff
 	// ShutdownGrace bounds how long Stop waits for cancelled handlers to return once its
 	// context is done. Defaults to 5s.

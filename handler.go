@@ -24,7 +24,9 @@ type HandlerOpts struct {
 	// Timeout bounds one attempt; 0 means no timeout (the lease is renewed as long as
 	// the handler runs).
 	Timeout time.Duration
-	// Backoff overrides the worker's retry policy for this kind.
+	// Backoff overrides the worker's retry policy for this kind. Its delay is when the
+	// retry becomes due; the retry runs at the first promotion pass after that, so up to
+	// one Config.ReaperInterval (5s by default) later (see Backoff).
 	Backoff *Backoff
 	// Middleware wraps the work of this kind's jobs, inside the worker's
 	// (Config.Middleware), the first outermost.
@@ -34,7 +36,9 @@ type HandlerOpts struct {
 	// to Backoff. Compute the instant from the row's times (AttemptedAt, the database's
 	// time of this attempt's claim; RunAt; CreatedAt), not from time.Now(): the retry is
 	// scheduled at AttemptedAt + (instant - AttemptedAt) by the database, so the
-	// worker's clock never enters. An instant already past retries at once. It is not
+	// worker's clock never enters. The instant is when the retry becomes due: it runs at
+	// the first promotion pass after it, up to one Config.ReaperInterval later, and an
+	// instant already past retries at the next pass. It is not
 	// consulted for JobDiscard, JobCancel or JobSnooze, nor once the attempts are used
 	// up.
 	NextRetry func(job *JobRow) time.Time

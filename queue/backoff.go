@@ -7,6 +7,15 @@ import (
 )
 
 // Backoff is exponential retry backoff with jitter, capped.
+//
+// Its delay says when a failed job becomes due again, not when it runs: the failed
+// job waits in the retryable state until a worker's maintenance pass (the scheduler,
+// run every ReaperInterval of the worker's Config, 5s by default) finds its run_at
+// passed and makes it available. A retry therefore runs between its delay and its
+// delay plus one ReaperInterval after the failure (then waits for a free slot like any
+// job): the delay is in effect rounded up to the next pass. A delay shorter than the
+// interval, such as the default's first 1s, waits up to the interval; a worker that
+// needs quicker short retries lowers its ReaperInterval.
 type Backoff struct {
 	// Base is the delay before the first retry. Defaults to 1s.
 	Base time.Duration
