@@ -24,7 +24,8 @@ type HandlerOpts struct {
 	// Timeout bounds one attempt; 0 means no timeout (the lease is renewed as long as
 	// the handler runs).
 	Timeout time.Duration
-	// Backoff overrides the worker's retry policy for this kind. Its delay is when the
+	// Backoff overrides the worker's retry policy for this kind; a Backoff with any
+	// field set is taken as given, its Jitter 0 meaning none. Its delay is when the
 	// retry becomes due; the retry runs at the first promotion pass after that, so up to
 	// one Config.ReaperInterval (5s by default) later (see Backoff).
 	Backoff *Backoff
@@ -86,6 +87,13 @@ func AddHandlerSafely[T JobArgs](hs *Handlers, fn HandlerFunc[T], opts *HandlerO
 		if mw == nil {
 			return fmt.Errorf("add handler for kind %q: HandlerOpts.Middleware[%d]: nil", kind, i)
 		}
+	}
+	if o.Backoff != nil {
+		if err := o.Backoff.Validate(); err != nil {
+			return fmt.Errorf("add handler for kind %q: HandlerOpts.%w", kind, err)
+		}
+		b := *o.Backoff
+		o.Backoff = &b
 	}
 	hs.m[kind] = &handlerEntry{opts: o, run: func(ctx context.Context, row *JobRow, e *execution) error {
 		job := &Job[T]{JobRow: row, exec: e}
