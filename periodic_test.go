@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -599,5 +600,62 @@ func TestPeriodicTrigger(t *testing.T) {
 	}
 	if _, err := queue.TriggerPeriodic(b.ctx, b.db.Pool, "nope"); !errors.Is(err, queue.ErrNotFound) {
 		t.Fatalf("trigger unknown: %v", err)
+	}
+}
+
+// periodicClock reads the time of the last scheduling pass, nil before the first.
+func periodicClock(t *testing.T, ctx context.Context, db queue.DBTX) *time.Time {
+	t.Helper()
+	var hb *time.Time
+	if err := db.QueryRow(ctx, `SELECT heartbeat_at FROM fenceq_periodic_clock`).Scan(&hb); err != nil {
+		t.Fatal(err)
+	}
+	return hb
+}
+
+// TestPeriodicResumedLoggedOnlyAfterAPreviousPass: the first scheduling pass on a fresh
+// database resumes nothing and does not say so; a pass after a gap longer than the grace
+// says when the previous pass ran.
+func TestPeriodicResumedLoggedOnlyAfterAPreviousPass(t *testing.T) {
+	t.Parallel()
+	const resumed = "periodic scheduling resumed after every worker was down"
+	b := setupPeriodic(t)
+	if hb := periodicClock(t, b.ctx, b.db.Pool); hb != nil {
+		t.Fatalf("fresh database: last pass %s, want none", hb)
+	}
+	first := newLogCapture()
+	cfg := b.config("fresh")
+	cfg.Logger = first.logger()
+	w := b.start(t, b.db.Pool, cfg)
+	fenceqtest.WaitFor(t, "the first scheduling pass", 30*time.Second, func() bool {
+		return periodicClock(t, b.ctx, b.db.Pool) != nil
+	})
+	stopWorker(t, w) // its passes, and their logs, are done
+	if recs := first.withMessage(resumed); len(recs) != 0 {
+		t.Fatalf("first pass on a fresh database logged %q %d times (%v), want never", resumed, len(recs), recordAttrs(recs[0]))
+	}
+
+	// Every worker down for an hour: the next pass resumes, and names the last one.
+	var last time.Time
+	if err := b.db.Pool.QueryRow(b.ctx, `UPDATE fenceq_periodic_clock SET heartbeat_at = now() - interval '1 hour'
+		RETURNING heartbeat_at`).Scan(&last); err != nil {
+		t.Fatal(err)
+	}
+	again := newLogCapture()
+	cfg = b.config("again")
+	cfg.Logger = again.logger()
+	w = b.start(t, b.db.Pool, cfg)
+	fenceqtest.WaitFor(t, "a scheduling pass after the gap", 30*time.Second, func() bool {
+		hb := periodicClock(t, b.ctx, b.db.Pool)
+		return hb != nil && hb.After(last)
+	})
+	stopWorker(t, w)
+	recs := again.withMessage(resumed)
+	if len(recs) != 1 {
+		t.Fatalf("pass after an hour's gap logged %q %d times, want once", resumed, len(recs))
+	}
+	got, ok := recordAttrs(recs[0])["last_pass"]
+	if !ok || got.Kind() != slog.KindTime || !got.Time().Equal(last) {
+		t.Fatalf("resumed log: last_pass = %v, want the previous pass %s", got, last)
 	}
 }
