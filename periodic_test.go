@@ -659,3 +659,78 @@ func TestPeriodicResumedLoggedOnlyAfterAPreviousPass(t *testing.T) {
 		t.Fatalf("resumed log: last_pass = %v, want the previous pass %s", got, last)
 	}
 }
+
+// TestPeriodicCodeRedefinitionIsLogged: a worker whose code defines a schedule
+// differently from the stored definition replaces it (a rolling deploy does that), and
+// says so in a warning naming the schedule, the changed fields and both definitions; the
+// row's updated_at moves. Writing the same definition again, or a new one, is silent.
+func TestPeriodicCodeRedefinitionIsLogged(t *testing.T) {
+	t.Parallel()
+	const redefined = "periodic schedule redefined: this worker's code definition replaced a different stored one"
+	b := setupPeriodic(t)
+	start := func(id string, pjs ...*fenceq.PeriodicJob) []slog.Record {
+		t.Helper()
+		logs := newLogCapture()
+		cfg := b.config(id, pjs...)
+		cfg.DisablePeriodic = true
+		cfg.Logger = logs.logger()
+		stopWorker(t, b.start(t, b.db.Pool, cfg))
+		return logs.withMessage(redefined)
+	}
+	hourly := func(spec string, n int) *fenceq.PeriodicJob {
+		return fenceq.NewPeriodicJob("hourly", spec, TickArgs{N: n}, &fenceq.PeriodicOpts{Queue: tickQueue})
+	}
+	if recs := start("new", hourly("@hourly", 1)); len(recs) != 0 {
+		t.Fatalf("a new schedule logged %d redefinitions: %v", len(recs), recordAttrs(recs[0]))
+	}
+	// The stored args are jsonb ({"n": 1}), the code's encoded by Go ({"n":1}): the same.
+	if recs := start("same", hourly("@hourly", 1)); len(recs) != 0 {
+		t.Fatalf("the same definition again logged %d redefinitions: %v", len(recs), recordAttrs(recs[0]))
+	}
+	before, err := fenceq.GetPeriodic(b.ctx, b.db.Pool, "hourly")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	recs := start("changed", hourly("*/30 * * * *", 2))
+	if len(recs) != 1 {
+		t.Fatalf("a changed definition logged %d redefinitions, want 1", len(recs))
+	}
+	if recs[0].Level != slog.LevelWarn {
+		t.Errorf("redefinition logged at %s, want WARN", recs[0].Level)
+	}
+	attrs := recordAttrs(recs[0])
+	for key, want := range map[string]string{
+		"name":    "hourly",
+		"changed": "spec,args",
+		"stored":  `spec="@hourly" timezone=UTC kind=tick args={"n":1} queue=ticks priority=1 max_attempts=25 missed=skip run_on_start=false source=code`,
+		"code":    `spec="*/30 * * * *" timezone=UTC kind=tick args={"n":2} queue=ticks priority=1 max_attempts=25 missed=skip run_on_start=false source=code`,
+		"worker":  "changed",
+	} {
+		if got := attrs[key]; got.String() != want {
+			t.Errorf("redefinition log: %s = %q, want %q", key, got.String(), want)
+		}
+	}
+	after, err := fenceq.GetPeriodic(b.ctx, b.db.Pool, "hourly")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.Spec != "*/30 * * * *" || !after.UpdatedAt.After(before.UpdatedAt) {
+		t.Fatalf("after the redefinition: spec %q, updated_at %s (was %s); want the code's spec and a later updated_at",
+			after.Spec, after.UpdatedAt, before.UpdatedAt)
+	}
+
+	// A schedule an operator added, then defined in code the same but for its source.
+	if _, err := fenceq.AddPeriodic(b.ctx, b.db.Pool, fenceq.PeriodicParams{Name: "nightly", Spec: "@daily",
+		Kind: "tick", Args: []byte(`{"n": 3}`), Queue: tickQueue}); err != nil {
+		t.Fatal(err)
+	}
+	recs = start("takeover", fenceq.NewPeriodicJob("nightly", "@daily", TickArgs{N: 3}, &fenceq.PeriodicOpts{Queue: tickQueue}))
+	if len(recs) != 1 || recordAttrs(recs[0])["changed"].String() != "source" || recordAttrs(recs[0])["name"].String() != "nightly" {
+		var got []map[string]slog.Value
+		for _, r := range recs {
+			got = append(got, recordAttrs(r))
+		}
+		t.Fatalf("code taking over an operator's schedule logged %v, want one redefinition of nightly changing source", got)
+	}
+}

@@ -25,9 +25,14 @@ func periodicCommand() *ucli.Command {
 		Description: "Schedules live in the database (fenceq_periodic): every worker enqueues the jobs of every\n" +
 			"schedule, each slot exactly once, whichever worker defined it. Schedules a worker defines in\n" +
 			"code (the housekeeping schedule of `fenceq worker`) are written again at each start of such a\n" +
-			"worker, keeping their pause and their last slot.",
+			"worker, keeping their pause and their last slot; a start that changes a stored definition\n" +
+			"logs a warning naming both definitions.",
 		Subcommands: []*ucli.Command{
-			{Name: "list", Usage: "list schedules with their last enqueued slot, next slot and lag", Action: periodicList},
+			{Name: "list", Usage: "list schedules with their last change, last enqueued slot, next slot and lag",
+				Description: "UPDATED is when the schedule's definition or pause last changed: a worker whose code\n" +
+					"defines the schedule differently from the stored definition replaces it at its start (and\n" +
+					"logs a warning naming both definitions), which shows here.",
+				Action: periodicList},
 			{
 				Name:      "add",
 				Usage:     "add a schedule; its first slot is the first after now",
@@ -184,10 +189,10 @@ func periodicList(c *ucli.Context) error {
 				lag = fmtAge(p.Lag)
 			}
 			rows = append(rows, []string{p.Name, p.Spec, p.Timezone, p.Kind, p.Queue, string(p.Missed),
-				yesNo(p.Paused), string(p.Source), fmtTime(p.LastEnqueuedSlot), fmtTime(p.Next), lag})
+				yesNo(p.Paused), string(p.Source), fmtTime(&p.UpdatedAt), fmtTime(p.LastEnqueuedSlot), fmtTime(p.Next), lag})
 		}
 		return table(w, []string{"NAME", "SCHEDULE", "TIMEZONE", "KIND", "QUEUE", "MISSED", "PAUSED", "SOURCE",
-			"LAST_SLOT", "NEXT_SLOT", "LAG"}, rows)
+			"UPDATED", "LAST_SLOT", "NEXT_SLOT", "LAG"}, rows)
 	})
 }
 
