@@ -380,8 +380,10 @@ func (w *Worker) periodicPass(ctx context.Context) (time.Duration, error) {
 		}
 		w.log.Warn(msg, "name", name, "newest", p.newest, "grace", w.cfg.PeriodicGrace)
 	}
-	if hb == nil || now.Sub(*hb) > w.cfg.PeriodicGrace {
-		w.log.Info("periodic scheduling resumed after every worker was down", "last_pass", hb)
+	// A clock never touched (hb nil) means this is the database's first pass: nothing
+	// resumed, as nothing ran before.
+	if hb != nil && now.Sub(*hb) > w.cfg.PeriodicGrace {
+		w.log.Info("periodic scheduling resumed after every worker was down", "last_pass", *hb)
 	}
 	if plan.nextDue.IsZero() {
 		return w.cfg.PeriodicInterval, nil

@@ -38,7 +38,8 @@ type Config struct {
 	LeaseMargin time.Duration
 	// ReaperInterval is how often expired leases are revoked and due jobs promoted.
 	// A job whose holder stopped heartbeating is offered again within LeaseDuration +
-	// ReaperInterval. Defaults to 5s.
+	// ReaperInterval, and a scheduled job or a retry becomes available up to
+	// ReaperInterval after its run_at. Defaults to 5s.
 	ReaperInterval time.Duration
 	// PollInterval is how often each queue is polled when no wake-up arrives. Defaults
 	// to 1s.
@@ -66,7 +67,10 @@ type Config struct {
 	// StaleWorkerAge: worker rows not heartbeated for this long and holding no job are
 	// removed. Defaults to 10×LeaseDuration.
 	StaleWorkerAge time.Duration
-	// Backoff is the retry policy. Defaults to 1s doubling, capped at 1h, 20% jitter.
+	// Backoff is the retry policy. The zero value takes DefaultBackoff(): 1s doubling,
+	// capped at 1h, 20% jitter. A Backoff with any field set is taken as given, its
+	// Jitter 0 meaning none (see Backoff).
+	// A retry runs at the first promotion pass (every ReaperInterval) after its delay.
 	Backoff queue.Backoff
 	// ShutdownGrace bounds how long Stop waits for cancelled handlers to return once its
 	// context is done. Defaults to 5s.
@@ -205,6 +209,9 @@ func (c Config) validate() error {
 	}
 	if _, err := c.periodicParams(); err != nil {
 		return err
+	}
+	if err := c.Backoff.Validate(); err != nil {
+		return fmt.Errorf("config: %w", err)
 	}
 	for i, mw := range c.Middleware {
 		if mw == nil {

@@ -24,7 +24,10 @@ type HandlerOpts struct {
 	// Timeout bounds one attempt; 0 means no timeout (the lease is renewed as long as
 	// the handler runs).
 	Timeout time.Duration
-	// Backoff overrides the worker's retry policy for this kind.
+	// Backoff overrides the worker's retry policy for this kind; a Backoff with any
+	// field set is taken as given, its Jitter 0 meaning none. Its delay is when the
+	// retry becomes due; the retry runs at the first promotion pass after that, so up to
+	// one Config.ReaperInterval (5s by default) later (see Backoff).
 	Backoff *queue.Backoff
 	// Middleware wraps the work of this kind's jobs, inside the worker's
 	// (Config.Middleware), the first outermost.
@@ -34,7 +37,9 @@ type HandlerOpts struct {
 	// to queue.Backoff. Compute the instant from the row's times (AttemptedAt, the database's
 	// time of this attempt's claim; RunAt; CreatedAt), not from time.Now(): the retry is
 	// scheduled at AttemptedAt + (instant - AttemptedAt) by the database, so the
-	// worker's clock never enters. An instant already past retries at once. It is not
+	// worker's clock never enters. The instant is when the retry becomes due: it runs at
+	// the first promotion pass after it, up to one Config.ReaperInterval later, and an
+	// instant already past retries at the next pass. It is not
 	// consulted for JobDiscard, JobCancel or JobSnooze, nor once the attempts are used
 	// up.
 	NextRetry func(job *queue.JobRow) time.Time
@@ -82,6 +87,13 @@ func AddHandlerSafely[T JobArgs](hs *Handlers, fn HandlerFunc[T], opts *HandlerO
 		if mw == nil {
 			return fmt.Errorf("add handler for kind %q: HandlerOpts.Middleware[%d]: nil", kind, i)
 		}
+	}
+	if o.Backoff != nil {
+		if err := o.Backoff.Validate(); err != nil {
+			return fmt.Errorf("add handler for kind %q: HandlerOpts.%w", kind, err)
+		}
+		b := *o.Backoff
+		o.Backoff = &b
 	}
 	hs.m[kind] = &handlerEntry{opts: o, run: func(ctx context.Context, row *queue.JobRow, e *execution) error {
 		job := &Job[T]{JobRow: row, exec: e}

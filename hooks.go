@@ -24,13 +24,21 @@ const (
 )
 
 // Hook observes a worker's lifecycle events, for metrics, tracing and logs. It is any
-// value that implements one or more of JobStartedHook, JobFinishedHook, LeaseLostHook,
-// StaleWriteRejectedHook, LeaseRevokedHook and HeartbeatFailedHook; register it in
-// Config.Hooks (NewWorker rejects a value that implements none of them). Hooks are
-// called in the order given.
+// value that implements one or more of these interfaces:
+//
+//   - JobStartedHook
+//   - JobFinishedHook
+//   - LeaseLostHook
+//   - StaleWriteRejectedHook
+//   - LeaseRevokedHook
+//   - HeartbeatFailedHook
+//   - PeriodicEnqueuedHook
+//
+// Register it in Config.Hooks (NewWorker rejects a value that implements none of
+// them). Hooks are called in the order given.
 //
 // Hook methods run on the worker's own goroutines (the claim loop, the completer, the
-// heartbeat, the reaper): they must be fast, must not block and must be safe for
+// heartbeat, the reaper, the periodic scheduler): they must be fast, must not block and must be safe for
 // concurrent use. The job's context they get is the context the job's handler ran
 // with, carrying the values middleware put in it (such as a tracing span); it may
 // already be cancelled, so use it for its values, not for I/O.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -600,5 +601,137 @@ func TestPeriodicTrigger(t *testing.T) {
 	}
 	if _, err := store.TriggerPeriodic(b.ctx, b.db.Pool, "nope"); !errors.Is(err, queue.ErrNotFound) {
 		t.Fatalf("trigger unknown: %v", err)
+	}
+}
+
+// periodicClock reads the time of the last scheduling pass, nil before the first.
+func periodicClock(t *testing.T, ctx context.Context, db queue.DBTX) *time.Time {
+	t.Helper()
+	var hb *time.Time
+	if err := db.QueryRow(ctx, `SELECT heartbeat_at FROM fenceq_periodic_clock`).Scan(&hb); err != nil {
+		t.Fatal(err)
+	}
+	return hb
+}
+
+// TestPeriodicResumedLoggedOnlyAfterAPreviousPass: the first scheduling pass on a fresh
+// database resumes nothing and does not say so; a pass after a gap longer than the grace
+// says when the previous pass ran.
+func TestPeriodicResumedLoggedOnlyAfterAPreviousPass(t *testing.T) {
+	t.Parallel()
+	const resumed = "periodic scheduling resumed after every worker was down"
+	b := setupPeriodic(t)
+	if hb := periodicClock(t, b.ctx, b.db.Pool); hb != nil {
+		t.Fatalf("fresh database: last pass %s, want none", hb)
+	}
+	first := newLogCapture()
+	cfg := b.config("fresh")
+	cfg.Logger = first.logger()
+	w := b.start(t, b.db.Pool, cfg)
+	fenceqtest.WaitFor(t, "the first scheduling pass", 30*time.Second, func() bool {
+		return periodicClock(t, b.ctx, b.db.Pool) != nil
+	})
+	stopWorker(t, w) // its passes, and their logs, are done
+	if recs := first.withMessage(resumed); len(recs) != 0 {
+		t.Fatalf("first pass on a fresh database logged %q %d times (%v), want never", resumed, len(recs), recordAttrs(recs[0]))
+	}
+
+	// Every worker down for an hour: the next pass resumes, and names the last one.
+	var last time.Time
+	if err := b.db.Pool.QueryRow(b.ctx, `UPDATE fenceq_periodic_clock SET heartbeat_at = now() - interval '1 hour'
+		RETURNING heartbeat_at`).Scan(&last); err != nil {
+		t.Fatal(err)
+	}
+	again := newLogCapture()
+	cfg = b.config("again")
+	cfg.Logger = again.logger()
+	w = b.start(t, b.db.Pool, cfg)
+	fenceqtest.WaitFor(t, "a scheduling pass after the gap", 30*time.Second, func() bool {
+		hb := periodicClock(t, b.ctx, b.db.Pool)
+		return hb != nil && hb.After(last)
+	})
+	stopWorker(t, w)
+	recs := again.withMessage(resumed)
+	if len(recs) != 1 {
+		t.Fatalf("pass after an hour's gap logged %q %d times, want once", resumed, len(recs))
+	}
+	got, ok := recordAttrs(recs[0])["last_pass"]
+	if !ok || got.Kind() != slog.KindTime || !got.Time().Equal(last) {
+		t.Fatalf("resumed log: last_pass = %v, want the previous pass %s", got, last)
+	}
+}
+
+// TestPeriodicCodeRedefinitionIsLogged: a worker whose code defines a schedule
+// differently from the stored definition replaces it (a rolling deploy does that), and
+// says so in a warning naming the schedule, the changed fields and both definitions; the
+// row's updated_at moves. Writing the same definition again, or a new one, is silent.
+func TestPeriodicCodeRedefinitionIsLogged(t *testing.T) {
+	t.Parallel()
+	const redefined = "periodic schedule redefined: this worker's code definition replaced a different stored one"
+	b := setupPeriodic(t)
+	start := func(id string, pjs ...*fenceq.PeriodicJob) []slog.Record {
+		t.Helper()
+		logs := newLogCapture()
+		cfg := b.config(id, pjs...)
+		cfg.DisablePeriodic = true
+		cfg.Logger = logs.logger()
+		stopWorker(t, b.start(t, b.db.Pool, cfg))
+		return logs.withMessage(redefined)
+	}
+	hourly := func(spec string, n int) *fenceq.PeriodicJob {
+		return fenceq.NewPeriodicJob("hourly", spec, TickArgs{N: n}, &fenceq.PeriodicOpts{Queue: tickQueue})
+	}
+	if recs := start("new", hourly("@hourly", 1)); len(recs) != 0 {
+		t.Fatalf("a new schedule logged %d redefinitions: %v", len(recs), recordAttrs(recs[0]))
+	}
+	// The stored args are jsonb ({"n": 1}), the code's encoded by Go ({"n":1}): the same.
+	if recs := start("same", hourly("@hourly", 1)); len(recs) != 0 {
+		t.Fatalf("the same definition again logged %d redefinitions: %v", len(recs), recordAttrs(recs[0]))
+	}
+	before, err := fenceq.GetPeriodic(b.ctx, b.db.Pool, "hourly")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	recs := start("changed", hourly("*/30 * * * *", 2))
+	if len(recs) != 1 {
+		t.Fatalf("a changed definition logged %d redefinitions, want 1", len(recs))
+	}
+	if recs[0].Level != slog.LevelWarn {
+		t.Errorf("redefinition logged at %s, want WARN", recs[0].Level)
+	}
+	attrs := recordAttrs(recs[0])
+	for key, want := range map[string]string{
+		"name":    "hourly",
+		"changed": "spec,args",
+		"stored":  `spec="@hourly" timezone=UTC kind=tick args={"n":1} queue=ticks priority=1 max_attempts=25 missed=skip run_on_start=false source=code`,
+		"code":    `spec="*/30 * * * *" timezone=UTC kind=tick args={"n":2} queue=ticks priority=1 max_attempts=25 missed=skip run_on_start=false source=code`,
+		"worker":  "changed",
+	} {
+		if got := attrs[key]; got.String() != want {
+			t.Errorf("redefinition log: %s = %q, want %q", key, got.String(), want)
+		}
+	}
+	after, err := fenceq.GetPeriodic(b.ctx, b.db.Pool, "hourly")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.Spec != "*/30 * * * *" || !after.UpdatedAt.After(before.UpdatedAt) {
+		t.Fatalf("after the redefinition: spec %q, updated_at %s (was %s); want the code's spec and a later updated_at",
+			after.Spec, after.UpdatedAt, before.UpdatedAt)
+	}
+
+	// A schedule an operator added, then defined in code the same but for its source.
+	if _, err := fenceq.AddPeriodic(b.ctx, b.db.Pool, queue.PeriodicParams{Name: "nightly", Spec: "@daily",
+		Kind: "tick", Args: []byte(`{"n": 3}`), Queue: tickQueue}); err != nil {
+		t.Fatal(err)
+	}
+	recs = start("takeover", fenceq.NewPeriodicJob("nightly", "@daily", TickArgs{N: 3}, &fenceq.PeriodicOpts{Queue: tickQueue}))
+	if len(recs) != 1 || recordAttrs(recs[0])["changed"].String() != "source" || recordAttrs(recs[0])["name"].String() != "nightly" {
+		var got []map[string]slog.Value
+		for _, r := range recs {
+			got = append(got, recordAttrs(r))
+		}
+		t.Fatalf("code taking over an operator's schedule logged %v, want one redefinition of nightly changing source", got)
 	}
 }

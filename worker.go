@@ -187,7 +187,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		return fmt.Errorf("start worker: %w", err)
 	}
 	var err error
-	if w.periodicSince, err = store.UpsertPeriodic(ctx, w.pool, w.periodic); err != nil {
+	if w.periodicSince, err = w.upsertPeriodic(ctx); err != nil {
 		w.mu.Lock()
 		w.state = stateNew
 		w.mu.Unlock()

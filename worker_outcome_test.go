@@ -255,6 +255,8 @@ func TestConfigValidationNamesTheField(t *testing.T) {
 		"MaxWorkers":          {Handlers: hs, Queues: map[string]fenceq.QueueConfig{"q": {MaxWorkers: -1}}},
 		"LeaseEventRetention": {Handlers: hs, LeaseEventRetention: -time.Hour},
 		"StaleWorkerAge":      {Handlers: hs, StaleWorkerAge: -time.Hour},
+		"Backoff.Jitter":      {Handlers: hs, Backoff: queue.Backoff{Base: time.Second, Jitter: 2}},
+		"Backoff.Base":        {Handlers: hs, Backoff: queue.Backoff{Base: -time.Second}},
 	}
 	for field, cfg := range cases {
 		if _, err := fenceq.NewWorker(b.db.Pool, cfg); err == nil || !strings.Contains(err.Error(), field) {
@@ -263,5 +265,10 @@ func TestConfigValidationNamesTheField(t *testing.T) {
 	}
 	if err := fenceq.AddHandlerSafely(hs, func(ctx context.Context, job *fenceq.Job[echoArgs]) error { return nil }, nil); err == nil {
 		t.Error("registering a kind twice must fail")
+	}
+	err := fenceq.AddHandlerSafely(fenceq.NewHandlers(), func(ctx context.Context, job *fenceq.Job[echoArgs]) error { return nil },
+		&fenceq.HandlerOpts{Backoff: &queue.Backoff{Jitter: -0.5}})
+	if err == nil || !strings.Contains(err.Error(), "HandlerOpts.Backoff.Jitter") {
+		t.Errorf("HandlerOpts.Backoff with Jitter -0.5: err = %v, want the field named", err)
 	}
 }

@@ -29,7 +29,7 @@ func enqueueCommand() *ucli.Command {
 			&ucli.StringFlag{Name: "run-at", Usage: "run at this time (RFC 3339, e.g. 2026-01-31T09:00:00Z)"},
 			&ucli.DurationFlag{Name: "in", Usage: "run this long from now, by the database's clock (e.g. 30s, 5m)"},
 			&ucli.StringFlag{Name: "unique-key", Usage: "while a job with this key is unfinished, return it instead of a new one"},
-			&ucli.StringSliceFlag{Name: "tag", Usage: "label the job (repeat for several; find it with `fenceq jobs list --tag`)"},
+			&ucli.StringSliceFlag{Name: "tag", Usage: "label the job with `TAG` (repeat for several; find it with: fenceq jobs list --tag TAG)"},
 			&ucli.IntFlag{Name: "max-attempts", Value: queue.DefaultMaxAttempts, Usage: "attempts before the job is discarded"},
 			&ucli.BoolFlag{Name: "allow-unknown-kind", Usage: "accept a kind no built-in handler runs (for your own workers)"},
 		},

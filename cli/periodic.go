@@ -25,16 +25,22 @@ func periodicCommand() *ucli.Command {
 		Description: "Schedules live in the database (fenceq_periodic): every worker enqueues the jobs of every\n" +
 			"schedule, each slot exactly once, whichever worker defined it. Schedules a worker defines in\n" +
 			"code (the housekeeping schedule of `fenceq worker`) are written again at each start of such a\n" +
-			"worker, keeping their pause and their last slot.",
+			"worker, keeping their pause and their last slot; a start that changes a stored definition\n" +
+			"logs a warning naming both definitions.",
 		Subcommands: []*ucli.Command{
-			{Name: "list", Usage: "list schedules with their last enqueued slot, next slot and lag", Action: periodicList},
+			{Name: "list", Usage: "list schedules with their last change, last enqueued slot, next slot and lag",
+				Description: "UPDATED is when the schedule's definition or pause last changed: a worker whose code\n" +
+					"defines the schedule differently from the stored definition replaces it at its start (and\n" +
+					"logs a warning naming both definitions), which shows here.",
+				Action: periodicList},
 			{
 				Name:      "add",
 				Usage:     "add a schedule; its first slot is the first after now",
 				ArgsUsage: "NAME",
-				Description: "SPEC is a cron expression (five fields, or six with seconds first), @hourly, @daily,\n" +
-					"@weekly, @monthly, @yearly, or \"@every D\" (whole seconds, aligned to the Unix epoch).\n" +
-					"Cron fields are read on the wall clock of --timezone. Examples:\n" +
+				Description: "NAME names the schedule. --schedule says when its slots fall: a cron expression\n" +
+					"(five fields, or six with seconds first), @hourly, @daily, @weekly, @monthly, @yearly, or\n" +
+					"\"@every D\" (whole seconds, aligned to the Unix epoch). Cron fields are read on the wall\n" +
+					"clock of --timezone. Examples:\n" +
 					"  fenceq periodic add nightly --schedule '30 2 * * *' --timezone Europe/Berlin --kind noop\n" +
 					"  fenceq periodic add pulse --schedule '@every 30s' --kind sleep --args '{\"duration\": \"1s\"}'",
 				Flags: []ucli.Flag{
@@ -90,7 +96,7 @@ var flagOf = map[string]string{"spec": "--schedule", "timezone": "--timezone", "
 	"queue": "--queue", "missed": "--missed", "priority": "--priority", "max_attempts": "--max-attempts", "name": "NAME"}
 
 func periodicAdd(c *ucli.Context) error {
-	name, err := periodicName(c, "NAME --schedule SPEC --kind K [--args JSON] [flags]")
+	name, err := periodicName(c, "NAME --schedule WHEN --kind KIND [--args JSON] [flags]")
 	if err != nil {
 		return err
 	}
@@ -183,10 +189,10 @@ func periodicList(c *ucli.Context) error {
 				lag = fmtAge(p.Lag)
 			}
 			rows = append(rows, []string{p.Name, p.Spec, p.Timezone, p.Kind, p.Queue, string(p.Missed),
-				yesNo(p.Paused), string(p.Source), fmtTime(p.LastEnqueuedSlot), fmtTime(p.Next), lag})
+				yesNo(p.Paused), string(p.Source), fmtTime(&p.UpdatedAt), fmtTime(p.LastEnqueuedSlot), fmtTime(p.Next), lag})
 		}
 		return table(w, []string{"NAME", "SCHEDULE", "TIMEZONE", "KIND", "QUEUE", "MISSED", "PAUSED", "SOURCE",
-			"LAST_SLOT", "NEXT_SLOT", "LAG"}, rows)
+			"UPDATED", "LAST_SLOT", "NEXT_SLOT", "LAG"}, rows)
 	})
 }
 

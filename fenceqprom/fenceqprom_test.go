@@ -272,6 +272,43 @@ func TestDBCollector(t *testing.T) {
 	}
 }
 
+// A queue that empties keeps its depth series, at 0 for every unfinished state, while a
+// worker serves it: a graph shows 0, not a gap.
+func TestDBCollectorDepthOfEmptiedQueue(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	db := fenceqtest.New(t, &fenceqtest.Options{MaxConns: 4})
+	hs := fenceq.NewHandlers()
+	fenceq.AddHandler(hs, func(context.Context, *fenceq.Job[noopArgs]) error { return nil }, nil)
+	fenceqtest.StartWorker(ctx, t, db.Pool, fenceq.Config{Handlers: hs, Logger: fenceqtest.QuietLogger(),
+		Queues: map[string]fenceq.QueueConfig{"served": {}}})
+	res, err := fenceq.Enqueue(ctx, db.Pool, noopArgs{}, &fenceq.InsertOpts{Queue: "served"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fenceqtest.WaitState(t, db.Pool, res.Job.ID, queue.StateCompleted, 30*time.Second)
+
+	s, err := fenceqprom.TakeSnapshot(ctx, db.Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, ok := s.Depth["served"]
+	if !ok || len(st) != len(queue.UnfinishedStates()) {
+		t.Fatalf("emptied queue served, which a worker serves: depth %v (present %v), want every unfinished state", st, ok)
+	}
+	var want []string
+	for _, state := range queue.UnfinishedStates() {
+		if st[state] != 0 {
+			t.Errorf("emptied queue served: %s = %d, want 0", state, st[state])
+		}
+		want = append(want, `fenceq_queue_depth{queue="served",state="`+string(state)+`"} 0`)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(fenceqprom.NewDBCollector(db.Pool, 5*time.Second, fenceqtest.QuietLogger()))
+	wantLines(t, scrape(t, reg), want...)
+}
+
 func TestDBCollectorWithoutSchema(t *testing.T) {
 	t.Parallel()
 	db := fenceqtest.New(t, &fenceqtest.Options{NoMigrate: true})

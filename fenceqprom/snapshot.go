@@ -14,8 +14,9 @@ import (
 
 // Snapshot is what the database says now, read for gauges and health checks.
 type Snapshot struct {
-	// Depth counts unfinished jobs by queue and state; every queue seen has every
-	// unfinished state, zero when empty.
+	// Depth counts unfinished jobs by queue and state. Its queues are those with
+	// unfinished jobs, with settings (fenceq_queues, e.g. paused) or served by a worker
+	// with a row in fenceq_workers; each has every unfinished state, zero when empty.
 	Depth map[string]map[queue.State]int64 `json:"depth"`
 	// OutboxPresent is false when fenceq_outbox does not exist (migrations missing).
 	OutboxPresent bool `json:"outbox_present"`
@@ -142,7 +143,8 @@ func NewDBCollector(db queue.DBTX, timeout time.Duration, log *slog.Logger) *DBC
 	return &DBCollector{
 		db: db, timeout: timeout, log: log,
 		depth: prometheus.NewDesc("fenceq_queue_depth",
-			"Unfinished jobs by queue and state (available, scheduled, running, retryable).",
+			"Unfinished jobs by queue and state (available, scheduled, running, retryable); 0 for a queue "+
+				"with settings or served by a worker that has none.",
 			[]string{"queue", "state"}, nil),
 		outboxPending: prometheus.NewDesc("fenceq_outbox_pending",
 			"Outbox rows waiting for delivery.", nil, nil),

@@ -34,8 +34,14 @@ type Options struct {
 	MaxConns int32
 	// NoMigrate leaves the schema empty.
 	NoMigrate bool
-	// Migrations are the sets applied to the schema, in order. Defaults to the core's
-	// alone (migrations.Core()); an application adds its own after it.
+	// Migrations are the sets applied to the schema, in order, and the only ones: a
+	// non-empty list replaces the default rather than adding to it. Empty (the default)
+	// applies the core's alone (migrations.Core()). An application whose tests need
+	// fenceq's tables and its own lists the core first, then its own sets:
+	//
+	//	Migrations: []migrations.Set{migrations.Core(), myapp.Migrations()}
+	//
+	// A list without migrations.Core() leaves fenceq's tables out of the schema.
 	Migrations []migrations.Set
 }
 

@@ -21,10 +21,11 @@
 //
 // # Schemas
 //
-// New creates a schema, migrates it with the core's migrations (and the sets of
-// Options.Migrations: an application's own come after the core's), and returns a pool
-// whose search_path points at it; the schema is dropped when the test ends. Tests with
-// schemas of their own run in parallel on one database.
+// New creates a schema, migrates it, and returns a pool whose search_path points at it;
+// the schema is dropped when the test ends. Tests with schemas of their own run in
+// parallel on one database. By default the schema gets the core's migrations alone.
+// Options.Migrations replaces that default with its own list of sets, applied in order,
+// so an application that needs its own tables as well lists the core first:
 //
 //	db := fenceqtest.New(t, &fenceqtest.Options{
 //		Migrations: []migrations.Set{migrations.Core(), myapp.Migrations()},
