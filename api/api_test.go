@@ -83,7 +83,8 @@ func diffReport(added, removed []string) string {
 	}
 	b.WriteString("An API change is a deliberate decision: if this one is, run `go test ./api -update` " +
 		"to rewrite the record, and add its line to CHANGELOG.md under [Unreleased] " +
-		"(a removed or changed line is a breaking change: name its upgrade step). " +
+		"(a removed or changed line, or a method added to an interface, is a breaking change: " +
+		"name its upgrade step). " +
 		"If it is not, undo the change.")
 	return b.String()
 }
