@@ -49,6 +49,7 @@ func commands() []*ucli.Command {
 		demoCommand(),
 		withReportFlags(benchCommand()),
 		chaosCommand(),
+		versionCommand(),
 	}
 }
 

@@ -68,6 +68,7 @@ var commandFlags = map[string][]string{
 		"keep-schema", "fault-log", "database-url", "json", "log-level", "log-format"},
 	// The naive baseline's worker parses its own arguments (chaos.ParseNaiveFlags).
 	"chaos naive-worker": {},
+	"version":            {"json"},
 }
 
 func TestCommandFlags(t *testing.T) {
