@@ -1,0 +1,1 @@
+CREATE TABLE signups (id bigserial PRIMARY KEY, email text NOT NULL);

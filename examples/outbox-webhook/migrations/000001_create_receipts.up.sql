@@ -1,0 +1,1 @@
+CREATE TABLE receipts (job_id bigint PRIMARY KEY, order_id bigint NOT NULL, total_cents bigint NOT NULL);

@@ -1,0 +1,1 @@
+CREATE TABLE greetings (job_id bigint PRIMARY KEY, text text NOT NULL);
