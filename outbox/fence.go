@@ -16,7 +16,7 @@ const maxErrorLen = 4 << 10
 
 // write runs one fenced relay write (see fence in sql.go) and explains a miss:
 // queue.ErrLeaseLost when the delivery job is no longer running under the lease,
-// ErrWrongState when the row is not pending or belongs to another delivery job.
+// queue.ErrWrongState when the row is not pending or belongs to another delivery job.
 func write(ctx context.Context, db queue.DBTX, op string, id int64, l queue.Lease, sql string, args ...any) (int, error) {
 	all := append([]any{id, l.JobID, l.Gen, l.Holder, queue.StateRunning}, args...)
 	var attempt int
@@ -42,7 +42,7 @@ func write(ctx context.Context, db queue.DBTX, op string, id int64, l queue.Leas
 		}
 		return 0, lost
 	}
-	return 0, fmt.Errorf("%s outbox row %d: it is not pending with delivery job %d: %w", op, id, l.JobID, ErrWrongState)
+	return 0, fmt.Errorf("%s outbox row %d: it is not pending with delivery job %d: %w", op, id, l.JobID, queue.ErrWrongState)
 }
 
 // beginAttempt records, under the delivery job's lease, that the holder is about to

@@ -54,9 +54,6 @@ const (
 	MaxTopicLen = 128
 )
 
-// ErrWrongState means a row is not in a state the action applies to.
-var ErrWrongState = queue.ErrWrongState
-
 // DeliverArgs are the args of a delivery job.
 type DeliverArgs struct {
 	OutboxID int64 `json:"outbox_id"`
@@ -177,7 +174,7 @@ func Insert(ctx context.Context, tx pgx.Tx, m Message) (*InsertResult, error) {
 func deliveryUniqueKey(id int64) string { return "outbox:" + strconv.FormatInt(id, 10) }
 
 // enqueueDelivery enqueues, in tx, the delivery job of row id and links the row to it.
-// A delivery job of the row that is still unfinished gives ErrWrongState: linking the
+// A delivery job of the row that is still unfinished gives queue.ErrWrongState: linking the
 // row to it again would deliver nothing new.
 func enqueueDelivery(ctx context.Context, tx pgx.Tx, id int64, maxAttempts int) (int64, error) {
 	job, err := fenceq.Enqueue(ctx, tx, DeliverArgs{OutboxID: id}, &fenceq.InsertOpts{
@@ -188,7 +185,7 @@ func enqueueDelivery(ctx context.Context, tx pgx.Tx, id int64, maxAttempts int) 
 	}
 	if job.Existing {
 		return 0, fmt.Errorf("enqueue delivery of outbox row %d: its delivery job %d is still %s; "+
-			"retry once that job has ended: %w", id, job.Job.ID, job.Job.State, ErrWrongState)
+			"retry once that job has ended: %w", id, job.Job.ID, job.Job.State, queue.ErrWrongState)
 	}
 	if _, err := tx.Exec(ctx, sqlSetDeliveryJob, id, job.Job.ID); err != nil {
 		return 0, fmt.Errorf("link outbox row %d to its delivery job: %w", id, err)
@@ -288,7 +285,7 @@ func List(ctx context.Context, db queue.DBTX, p ListParams) ([]*Row, error) {
 
 // Retry makes a failed row pending again and enqueues a new delivery job for it, in
 // one transaction. It also takes a pending row that no unfinished job will deliver (an
-// orphan, see FailOrphaned). Any other row gives ErrWrongState, and so does a failed row
+// orphan, see FailOrphaned). Any other row gives queue.ErrWrongState, and so does a failed row
 // whose last delivery job has not ended yet (the relay marks the row failed, then ends
 // its job); an unknown id queue.ErrNotFound. The row keeps its dedupe key, so the new
 // attempts carry the same idempotency key as the old ones.
@@ -306,7 +303,7 @@ func Retry(ctx context.Context, db queue.Beginner, id int64) (*Row, error) {
 			return nil, fmt.Errorf("retry: %w", gerr)
 		}
 		return nil, fmt.Errorf("retry outbox row %d: it is %s (delivery job %s): %w",
-			id, cur.State, cur.DeliveryJobState, ErrWrongState)
+			id, cur.State, cur.DeliveryJobState, queue.ErrWrongState)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("retry outbox row %d: %w", id, err)

@@ -143,8 +143,8 @@ func TestOutboxRelayWritesAreFenced(t *testing.T) {
 		t.Fatal(err)
 	}
 	jobC := b.claimOutbox(t, "C", time.Minute)
-	if err := markDelivered(b.ctx, b.db.Pool, res.ID, store.LeaseOf(jobC)); !errors.Is(err, ErrWrongState) {
-		t.Fatalf("mark a delivered row again: %v, want ErrWrongState", err)
+	if err := markDelivered(b.ctx, b.db.Pool, res.ID, store.LeaseOf(jobC)); !errors.Is(err, queue.ErrWrongState) {
+		t.Fatalf("mark a delivered row again: %v, want queue.ErrWrongState", err)
 	}
 }
 
@@ -209,8 +209,8 @@ func TestOutboxOrphanFailRetryAndStats(t *testing.T) {
 		r.DeliveryJobState != queue.StateAvailable || r.DedupeKey != "order-email:7" {
 		t.Fatalf("retried row: %+v", r)
 	}
-	if _, err := Retry(b.ctx, b.db.Pool, res.ID); !errors.Is(err, ErrWrongState) {
-		t.Fatalf("retry a pending row with a live job: %v, want ErrWrongState", err)
+	if _, err := Retry(b.ctx, b.db.Pool, res.ID); !errors.Is(err, queue.ErrWrongState) {
+		t.Fatalf("retry a pending row with a live job: %v, want queue.ErrWrongState", err)
 	}
 	if _, err := Retry(b.ctx, b.db.Pool, 987654); !errors.Is(err, queue.ErrNotFound) {
 		t.Fatalf("retry unknown row: %v, want ErrNotFound", err)
@@ -240,8 +240,8 @@ func TestOutboxOrphanFailRetryAndStats(t *testing.T) {
 	// Between marking the row failed and ending its job, the failed row still has an
 	// unfinished delivery job: a retry now would link the row back to that job, which
 	// delivers nothing. It is refused and changes nothing.
-	if _, err := Retry(b.ctx, b.db.Pool, res.ID); !errors.Is(err, ErrWrongState) {
-		t.Fatalf("retry while the last delivery job still runs: %v, want ErrWrongState", err)
+	if _, err := Retry(b.ctx, b.db.Pool, res.ID); !errors.Is(err, queue.ErrWrongState) {
+		t.Fatalf("retry while the last delivery job still runs: %v, want queue.ErrWrongState", err)
 	}
 	if o := b.outbox(t, res.ID); o.State != StateFailed || o.DeliveryJobID == nil || *o.DeliveryJobID != newJob.ID {
 		t.Fatalf("row after the refused retry: %+v", o)
