@@ -48,7 +48,7 @@ func main() {
 	fenceq.AddHandler(hs, func(ctx context.Context, job *fenceq.Job[GreetArgs]) error {
 		text := "hello, " + job.Args.Name // slow calls belong here, outside any transaction
 		// One transaction fenced by the job's lease: the result row and the job's
-		// completion commit together, or nothing is written (fenceq.ErrLeaseLost).
+		// completion commit together, or nothing is written (queue.ErrLeaseLost).
 		return job.Commit(ctx, func(ctx context.Context, tx pgx.Tx) error {
 			_, err := tx.Exec(ctx, `INSERT INTO greetings (job_id, text) VALUES ($1, $2)`, job.ID, text)
 			return err
