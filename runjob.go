@@ -84,7 +84,7 @@ func (w *Worker) claimOne(ctx context.Context, job *queue.JobRow) (*queue.JobRow
 			return err
 		}
 		if len(rows) != 1 || rows[0].ID != job.ID {
-			return fmt.Errorf("its queue %q is paused, or another worker claimed it: %w", job.Queue, ErrNotClaimable)
+			return fmt.Errorf("its queue %q may be paused, or another worker holds it: %w", job.Queue, ErrNotClaimable)
 		}
 		row = rows[0]
 		return nil
