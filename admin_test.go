@@ -246,3 +246,36 @@ func TestRunJobRefusesWhatItCannotClaim(t *testing.T) {
 		}
 	}
 }
+
+func TestAddRawHandler(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	if err := fenceq.AddRawHandler(b.hs, "bad kind", func(context.Context, *fenceq.Job[fenceq.RawArgs]) error { return nil }, nil); !errors.Is(err, queue.ErrInvalid) {
+		t.Fatalf("an invalid kind: %v, want ErrInvalid", err)
+	}
+	var got fenceq.RawArgs
+	if err := fenceq.AddRawHandler(b.hs, "app.greet", func(_ context.Context, job *fenceq.Job[fenceq.RawArgs]) error {
+		got = job.Args
+		return nil
+	}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := fenceq.AddRawHandler(b.hs, "app.greet", func(context.Context, *fenceq.Job[fenceq.RawArgs]) error { return nil }, nil); err == nil {
+		t.Fatal("a second handler for the same kind was accepted")
+	}
+	res, err := fenceq.Enqueue(b.ctx, b.db.Pool, fenceq.RawArgs{KindName: "app.greet", JSON: []byte(`{"name": "ada"}`)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := fenceq.NewWorker(b.db.Pool, fenceq.Config{Handlers: b.hs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run, err := w.RunJob(b.ctx, res.Job.ID)
+	if err != nil || run.HandlerErr != nil || run.Job.State != queue.StateCompleted {
+		t.Fatalf("run the raw job: %+v, %v", run, err)
+	}
+	if got.KindName != "app.greet" || string(got.JSON) != `{"name": "ada"}` {
+		t.Fatalf("the raw handler got %q %s", got.KindName, got.JSON)
+	}
+}

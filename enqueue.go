@@ -150,6 +150,13 @@ func (a RawArgs) MarshalJSON() ([]byte, error) {
 	return a.JSON, nil
 }
 
+// UnmarshalJSON keeps the encoded args as they are, for a handler added with
+// AddRawHandler.
+func (a *RawArgs) UnmarshalJSON(b []byte) error {
+	a.JSON = append(a.JSON[:0], b...)
+	return nil
+}
+
 // ValidateEnqueue checks one job as Enqueue would, without touching the database, so that
 // a caller can reject bad input before it connects: the kind, the args, the queue,
 // priority, attempts, unique key, tags and metadata. Errors match queue.ErrInvalid and

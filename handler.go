@@ -71,7 +71,24 @@ func AddHandler[T JobArgs](hs *Handlers, fn HandlerFunc[T], opts *HandlerOpts) {
 // AddHandlerSafely is AddHandler returning an error instead of panicking.
 func AddHandlerSafely[T JobArgs](hs *Handlers, fn HandlerFunc[T], opts *HandlerOpts) error {
 	var zero T
-	kind := zero.Kind()
+	return addHandler(hs, zero.Kind(), fn, opts)
+}
+
+// AddRawHandler registers fn for kind, whose args it gets as encoded JSON (RawArgs, with
+// KindName set to kind) rather than as a Go type: for kinds a program learns at run time,
+// such as a standalone worker configured to forward kinds to HTTP endpoints. It fails for
+// an invalid kind, a kind already registered, or invalid opts.
+func AddRawHandler(hs *Handlers, kind string, fn HandlerFunc[RawArgs], opts *HandlerOpts) error {
+	if fn == nil {
+		return fmt.Errorf("add handler for kind %q: nil handler", kind)
+	}
+	return addHandler(hs, kind, func(ctx context.Context, job *Job[RawArgs]) error {
+		job.Args.KindName = kind
+		return fn(ctx, job)
+	}, opts)
+}
+
+func addHandler[T JobArgs](hs *Handlers, kind string, fn HandlerFunc[T], opts *HandlerOpts) error {
 	if err := queue.ValidateKind(kind); err != nil {
 		return fmt.Errorf("add handler: %w", err)
 	}
