@@ -27,7 +27,7 @@ func FuzzValidateArgs(f *testing.F) {
 		// boundary and invalid
 		``, ` `, `null`, `[]`, `"{}"`, `1`, `true`, `{`, `{"a":}`, `{}{}`, `{} x`, `{"a":1,}`,
 		`{"a":"\u0000"}`, `{"\u0000":1}`, `{"a":"x\u0000y"}`, `{"a":"\ud800"}`, `{"a":"\udc00"}`,
-		`{"a":"\ud800\u0041"}`, `{"a":"\ud83d"}`, "{\"a\":\"\xff\"}", "{\"a\":\"\xed\xa0\x80\"}",
+		`{"a":"\ud800\u0041"}`, `{"a":"\\ufffd","b":"\ud800"}`, `{"a":"\ufffd\ud800"}`, `{"a":"\ud83d"}`, "{\"a\":\"\xff\"}", "{\"a\":\"\xed\xa0\x80\"}",
 		"\xef\xbb\xbf{}", `{"a":1e131072}`, `{"a":10e131071}`, `{"a":1e-16384}`, `{"a":0e-16384}`,
 		`{"a":1e99999999999}`, `{"a":1.5e-16383}`,
 	} {
@@ -92,9 +92,10 @@ func plainObject(b []byte) (storable bool, why string) {
 	if !utf8.Valid(b) {
 		return false, "invalid UTF-8"
 	}
-	// The decoder turns a lone surrogate escape into U+FFFD: one that is neither in the
-	// input as such nor escaped as \ufffd came from a lone surrogate.
-	explained := bytes.Contains(b, []byte("\uFFFD")) || bytes.Contains(bytes.ToLower(b), []byte(`\ufffd`))
+	// The decoder turns a lone surrogate escape into U+FFFD: more U+FFFD in the decoded
+	// strings than the input holds (as such or escaped) means one came from a lone
+	// surrogate.
+	genuine, decoded := countFFFD(trimmed), 0
 	storable = true
 	// Tokens, not a decoded map: a duplicate key's earlier value counts too.
 	dec := json.NewDecoder(bytes.NewReader(trimmed))
@@ -109,14 +110,31 @@ func plainObject(b []byte) (storable bool, why string) {
 			if strings.ContainsRune(x, 0) {
 				why = "a NUL character"
 			}
-			if strings.ContainsRune(x, utf8.RuneError) && !explained {
-				why = "a lone surrogate"
-			}
+			decoded += strings.Count(x, "\uFFFD")
 		case json.Number:
 			if !smallNumber(string(x)) {
 				storable = false
 			}
 		}
 	}
+	if decoded > genuine {
+		why = "a lone surrogate"
+	}
 	return storable && why == "", why
+}
+
+// countFFFD counts the U+FFFD characters of the JSON text b's strings, written as such
+// or escaped (\ufffd), reading the escapes as a JSON decoder does.
+func countFFFD(b []byte) int {
+	n := bytes.Count(b, []byte("\uFFFD")) // outside strings valid JSON has none
+	for i := 0; i < len(b); i++ {
+		if b[i] != '\\' || i+1 >= len(b) {
+			continue
+		}
+		if b[i+1] == 'u' && i+5 < len(b) && strings.EqualFold(string(b[i+2:i+6]), "fffd") {
+			n++
+		}
+		i++ // the escaped character: a backslash escaping a backslash starts nothing
+	}
+	return n
 }
