@@ -442,7 +442,7 @@ func invalidUTF8(v reflect.Value, path string, depth int) (string, bool) {
 	case reflect.Struct:
 		t := v.Type()
 		for i := range t.NumField() {
-			if f := t.Field(i); f.IsExported() || f.Anonymous {
+			if f := t.Field(i); (f.IsExported() || f.Anonymous) && f.Tag.Get("json") != "-" {
 				if p, bad := invalidUTF8(v.Field(i), path+"."+f.Name, depth+1); bad {
 					return p, true
 				}
