@@ -6,6 +6,7 @@ import (
 	"errors"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"unicode/utf8"
 
@@ -134,4 +135,23 @@ func FuzzHashRequest(f *testing.F) {
 			}
 		}
 	})
+}
+
+// A field JSON leaves out does not take part in the hash, so its bytes do not matter; an
+// encoded field's invalid UTF-8 is named in the error.
+func TestHashRequestUTF8Check(t *testing.T) {
+	type req struct {
+		Name   string `json:"name"`
+		Secret string `json:"-"`
+	}
+	a, errA := idempotency.HashRequest(req{Name: "ada", Secret: "\xff"})
+	b, errB := idempotency.HashRequest(req{Name: "ada", Secret: "\xfe"})
+	if errA != nil || errB != nil || !bytes.Equal(a, b) {
+		t.Fatalf("requests differing in a field JSON leaves out: %x, %x (%v, %v), want one hash", a, b, errA, errB)
+	}
+	_, err := idempotency.HashRequest(map[string][]req{"lines": {{Name: "\xff"}}})
+	var ve *queue.ValidationError
+	if !errors.As(err, &ve) || ve.Field != "request" || !strings.Contains(err.Error(), `request["lines"][0].Name`) {
+		t.Fatalf("invalid UTF-8 in a nested field: %v, want a ValidationError naming request[\"lines\"][0].Name", err)
+	}
 }
