@@ -165,7 +165,7 @@ func (c *caller) work(ctx context.Context, job *fenceq.Job[fenceq.RawArgs]) erro
 	resp, err := c.client.Do(req)
 	if err != nil {
 		c.count(0)
-		return fmt.Errorf("POST %s: %w", c.shown, err)
+		return err // a *url.Error: the method, the URL (password redacted) and the cause
 	}
 	defer resp.Body.Close()
 	c.count(resp.StatusCode)
