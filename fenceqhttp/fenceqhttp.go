@@ -67,6 +67,9 @@ const (
 // signaturePrefix names the algorithm in HeaderSignature.
 const signaturePrefix = "sha256="
 
+// deadlineFormat is RFC 3339 with milliseconds, which every language's parser takes.
+const deadlineFormat = "2006-01-02T15:04:05.000Z07:00"
+
 // maxErrorBody bounds the part of a response body kept in a failed attempt's error.
 const maxErrorBody = 1024
 
@@ -159,7 +162,7 @@ func (c *caller) work(ctx context.Context, job *fenceq.Job[fenceq.RawArgs]) erro
 	req.Header.Set(HeaderJobID, strconv.FormatInt(lease.JobID, 10))
 	req.Header.Set(HeaderLeaseGen, strconv.FormatInt(lease.Gen, 10))
 	req.Header.Set(HeaderAttempt, strconv.Itoa(job.Attempt))
-	req.Header.Set(HeaderDeadline, deadline.UTC().Format(time.RFC3339Nano))
+	req.Header.Set(HeaderDeadline, deadline.UTC().Format(deadlineFormat))
 	req.Header.Set(HeaderSignature, sign(c.ep.Secret, lease.JobID, lease.Gen, body))
 
 	resp, err := c.client.Do(req)

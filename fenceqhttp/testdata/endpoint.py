@@ -12,7 +12,8 @@ check and before its transaction, until GET /release.
 
 It prints one JSON line per event on stdout: {"event": "listening", "port": N} first,
 then "held" (the first request waits), "committed" and "rejected" (with the SQLSTATE)
-for each request's transaction, "unsigned" for a request whose signature is wrong.
+for each request's transaction, "unsigned" for a request whose signature is wrong, and
+"bad deadline" for one whose Fenceq-Deadline is not an RFC 3339 time still ahead.
 """
 
 import hashlib
@@ -21,6 +22,7 @@ import json
 import os
 import sys
 import threading
+from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import psycopg
@@ -75,6 +77,13 @@ class Handler(BaseHTTPRequestHandler):
             report(event="unsigned", job=job_id, gen=lease_gen)
             self.answer(401, "bad signature")
             return
+        raw = self.headers.get("Fenceq-Deadline", "")
+        try:
+            deadline = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+            if deadline <= datetime.now(timezone.utc):
+                raise ValueError("already passed")
+        except ValueError as e:
+            report(event="bad deadline", job=job_id, gen=lease_gen, error=f"Fenceq-Deadline {raw!r}: {e}")
         with lock:
             calls += 1
             first = calls == 1
