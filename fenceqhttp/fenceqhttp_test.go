@@ -537,3 +537,49 @@ func TestAddRefuses(t *testing.T) {
 		t.Errorf("second Add of kind k: %v; want already registered", err)
 	}
 }
+
+// A worker cut off from the database (a paused process) cannot renew its lease: at the
+// lease's local deadline, which the deadline header announced, the request ends.
+func TestLeaseDeadlineEndsTheRequest(t *testing.T) {
+	t.Parallel()
+	started := make(chan time.Time, 1)
+	ended := make(chan time.Time, 1)
+	b := newBench(t, func(w http.ResponseWriter, r *http.Request, body []byte) {
+		d, _ := time.Parse(time.RFC3339, r.Header.Get(fenceqhttp.HeaderDeadline))
+		started <- d
+		<-r.Context().Done() // the worker gave up on the request
+		ended <- time.Now()
+	})
+	hs := fenceq.NewHandlers()
+	if err := fenceqhttp.Add(hs, fenceqhttp.Endpoint{Kind: kind, URL: b.srv.URL, Secret: secret}); err != nil {
+		t.Fatal(err)
+	}
+	pool, cut := b.db.PartitionedPool(t, 4)
+	lease := 2 * time.Second
+	before := time.Now()
+	fenceqtest.StartWorker(b.ctx, t, pool, fenceq.Config{Handlers: hs, Logger: fenceqtest.QuietLogger(),
+		LeaseDuration: lease, HeartbeatInterval: 100 * time.Millisecond, DisablePeriodic: true})
+	if _, err := fenceq.Enqueue(b.ctx, b.db.Pool, fenceq.RawArgs{KindName: kind, JSON: []byte(args)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	var deadline time.Time
+	select {
+	case deadline = <-started:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no request")
+	}
+	if deadline.Before(before) || deadline.After(time.Now().Add(lease)) {
+		t.Fatalf("deadline header %v: want the lease's local deadline, within %v", deadline, lease)
+	}
+	cut.Store(true)
+	defer cut.Store(false)
+	select {
+	case at := <-ended:
+		// Renewals only move the local deadline later than the one announced.
+		if at.Before(deadline) {
+			t.Fatalf("the request ended at %v, before the lease's local deadline %v", at, deadline)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the request outlived the lease's local deadline")
+	}
+}
