@@ -29,6 +29,8 @@ type execution struct {
 	start time.Time
 	// deadline cancels the job when no renewal is confirmed in time (monotonic clock).
 	deadline *time.Timer
+	// deadlineAt is when deadline fires, under mu (Job.LeaseDeadline).
+	deadlineAt time.Time
 
 	mu        sync.Mutex
 	committed bool // the handler's fenced Commit completed the job
@@ -100,7 +102,15 @@ func (e *execution) extend(sent time.Time) {
 	if e.finished { // finished since the heartbeat's snapshot: its timer stays stopped
 		return
 	}
-	e.deadline.Reset(time.Until(sent.Add(e.w.cfg.LeaseDuration - e.w.cfg.LeaseMargin)))
+	e.deadlineAt = sent.Add(e.w.cfg.LeaseDuration - e.w.cfg.LeaseMargin)
+	e.deadline.Reset(time.Until(e.deadlineAt))
+}
+
+// leaseDeadline returns the local lease deadline as of now.
+func (e *execution) leaseDeadline() time.Time {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.deadlineAt
 }
 
 func (e *execution) commit(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) error {
@@ -195,7 +205,8 @@ func (w *Worker) newExecution(parent context.Context, row *queue.JobRow, sent ti
 	e := &execution{w: w, row: row, lease: store.LeaseOf(row), handler: h, start: time.Now()}
 	ctx, cancel := context.WithCancelCause(parent)
 	e.cancel, e.jctx = cancel, jobContext{Context: ctx, e: e}
-	e.deadline = time.AfterFunc(time.Until(sent.Add(w.cfg.LeaseDuration-w.cfg.LeaseMargin)), func() {
+	e.deadlineAt = sent.Add(w.cfg.LeaseDuration - w.cfg.LeaseMargin)
+	e.deadline = time.AfterFunc(time.Until(e.deadlineAt), func() {
 		e.cancel(ErrLeaseDeadline)
 	})
 	w.mu.Lock()

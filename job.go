@@ -57,6 +57,14 @@ type Job[T JobArgs] struct {
 // generation by the database.
 func (j *Job[T]) Lease() queue.Lease { return j.exec.lease }
 
+// LeaseDeadline returns the job's local lease deadline as of now: the instant at which
+// the worker cancels the job's context (cause ErrLeaseDeadline) unless a renewal is
+// confirmed before it. Each confirmed renewal moves it later, so it is a bound for work
+// started now, not the end of the attempt: a handler that hands the job to another
+// process (an HTTP endpoint) tells it this instant, or the context's deadline (the
+// kind's timeout) when that is sooner.
+func (j *Job[T]) LeaseDeadline() time.Time { return j.exec.leaseDeadline() }
+
 // Commit runs fn in one short transaction fenced by the job's lease and completes the
 // job in that same transaction: the job's result rows, its outbox rows and its
 // completion commit together or not at all. If the lease was revoked (the worker paused

@@ -27,7 +27,8 @@ func workerCommand() *ucli.Command {
 			"Enqueues the jobs of every periodic schedule (see `fenceq periodic`) unless --no-periodic;\n" +
 			"when it serves the default queue, it defines the housekeeping schedule (every --housekeeping-interval).\n" +
 			"On SIGINT or SIGTERM it stops claiming, lets running jobs finish for --shutdown-timeout,\n" +
-			"then cancels the rest and gives their leases back (fenced), and deregisters.",
+			"then cancels the rest and gives their leases back (fenced), and deregisters.\n" +
+			"With --http KIND=URL it also runs KIND by POSTing each job's args to URL (see docs/http-handlers.md).",
 		Flags: append([]ucli.Flag{
 			&ucli.StringFlag{Name: "queues", Usage: "comma-separated queues to serve (default: " +
 				strings.Join(builtin.Queues(), ",") + ")"},
@@ -45,7 +46,7 @@ func workerCommand() *ucli.Command {
 			&ucli.BoolFlag{Name: "no-periodic", Usage: "run no scheduling passes: enqueue no periodic jobs, not even housekeeping"},
 			&ucli.DurationFlag{Name: "periodic-interval", Value: time.Second, Usage: "how often a scheduling pass runs (it also wakes at the next due slot)"},
 			&ucli.DurationFlag{Name: "periodic-grace", Value: 10 * time.Second, Usage: "slots due within this long after the last pass are caught up; later ones follow their schedule's --missed policy"},
-		}, slices.Concat(uiFlags("ui-"), orderFlags(), builtinFlags(), logFlags(), []ucli.Flag{databaseURLFlag()})...),
+		}, slices.Concat(uiFlags("ui-"), orderFlags(), builtinFlags(), httpFlags(), logFlags(), []ucli.Flag{databaseURLFlag()})...),
 		Action: workerAction,
 	}
 }
@@ -86,6 +87,10 @@ func workerAction(c *ucli.Context) error {
 		}
 		periodic = append(periodic, hk)
 	}
+	httpKinds, err := httpEndpoints(c)
+	if err != nil {
+		return err
+	}
 	tax, err := newTax(c)
 	if err != nil {
 		return err
@@ -116,6 +121,9 @@ func workerAction(c *ucli.Context) error {
 	hs := fenceq.NewHandlers()
 	if err := builtin.Register(hs, builtin.Deps{Pool: pool, Mailer: mailer, Tax: tax, Orders: orders,
 		Logger: log, InvoiceMetrics: m.Invoices, OutboxMetrics: m.Core.Outbox()}); err != nil {
+		return err
+	}
+	if err := addHTTPKinds(hs, httpKinds, m.Core.HTTP()); err != nil {
 		return err
 	}
 

@@ -1,10 +1,10 @@
 // Package fenceqprom exposes fenceq's mechanism to Prometheus: Metrics, a
 // fenceq hook that counts what workers see (claims, outcomes, revocations, stale
 // writes the database rejected, leases that expired while their holder lived, lost
-// leases, heartbeat failures), with the counters of the outbox relay (outbox.Metrics)
-// and of the idempotency mechanism (idempotency.Metrics); and DBCollector, which reads
-// the database at scrape time (queue depth, outbox backlog and its oldest age, the
-// oldest open transaction).
+// leases, heartbeat failures), with the counters of the outbox relay (outbox.Metrics),
+// of the idempotency mechanism (idempotency.Metrics) and of the responses of HTTP
+// kinds (fenceqhttp.Metrics); and DBCollector, which reads the database at scrape
+// time (queue depth, outbox backlog and its oldest age, the oldest open transaction).
 //
 // Every name starts with fenceq_. The counters are per process; the database gauges are
 // the same from every process that scrapes one database. Business counters (invoices,
@@ -22,10 +22,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fenceq/fenceq"
+	"github.com/fenceq/fenceq/fenceqhttp"
 	"github.com/fenceq/fenceq/idempotency"
 	"github.com/fenceq/fenceq/outbox"
 	"github.com/fenceq/fenceq/queue"
@@ -49,6 +51,7 @@ type Metrics struct {
 	outboxRetried      *prometheus.CounterVec
 	outboxFailed       *prometheus.CounterVec
 	periodicEnqueued   *prometheus.CounterVec
+	httpResponses      *prometheus.CounterVec
 }
 
 var (
@@ -144,9 +147,15 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		Name: "fenceq_periodic_enqueued_total",
 		Help: "Jobs this process's scheduling passes enqueued for periodic schedules, by schedule name.",
 	}, []string{"name"})
+	m.httpResponses = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fenceq_http_responses_total",
+		Help: "Responses of the endpoints that run HTTP kinds (fenceqhttp), by kind and status class " +
+			"(2xx, 3xx, 4xx, 5xx, or error when no response came).",
+	}, []string{"kind", "class"})
 	if err := registerAll(reg, m.jobsClaimed, m.jobsFinished, m.jobDuration, m.leaseRevocations,
 		m.staleWrites, m.expiredHolderAlive, m.leasesLost, m.heartbeatFailures, m.idemReplays,
-		m.idemConflicts, m.outboxDelivered, m.outboxRetried, m.outboxFailed, m.periodicEnqueued); err != nil {
+		m.idemConflicts, m.outboxDelivered, m.outboxRetried, m.outboxFailed, m.periodicEnqueued,
+		m.httpResponses); err != nil {
 		return nil, fmt.Errorf("fenceqprom: new metrics: %w", err)
 	}
 	for _, op := range staleWriteOps {
@@ -239,6 +248,26 @@ func (m *Metrics) Outbox() *OutboxMetrics { return &OutboxMetrics{m: m} }
 // idempotency.Scope.Metrics: fenceq_idempotency_replays_total and
 // fenceq_idempotency_conflicts_total.
 func (m *Metrics) Idempotency() *IdempotencyMetrics { return &IdempotencyMetrics{m: m} }
+
+// HTTP returns the counter of the responses of HTTP kinds, for fenceqhttp.Endpoint.Metrics:
+// fenceq_http_responses_total.
+func (m *Metrics) HTTP() *HTTPMetrics { return &HTTPMetrics{m: m} }
+
+// HTTPMetrics counts the responses of the endpoints that run HTTP kinds, by kind and
+// status class. It implements fenceqhttp.Metrics.
+type HTTPMetrics struct{ m *Metrics }
+
+var _ fenceqhttp.Metrics = (*HTTPMetrics)(nil)
+
+// Response counts one response of kind's endpoint by its status class; status 0 (no
+// response: a connection error, a timeout) counts as class "error".
+func (h *HTTPMetrics) Response(kind string, status int) {
+	class := "error"
+	if status >= 100 && status < 600 {
+		class = strconv.Itoa(status/100) + "xx"
+	}
+	h.m.httpResponses.WithLabelValues(kind, class).Inc()
+}
 
 // OutboxMetrics counts outbox deliveries by topic. It implements outbox.Metrics.
 type OutboxMetrics struct{ m *Metrics }

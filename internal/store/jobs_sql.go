@@ -197,12 +197,43 @@ SELECT upd.state FROM upd, p`,
 // leaseGuard is the WHERE clause of every single-lease write.
 var leaseGuard = `WHERE id = $1 AND lease_gen = $2 AND state = ` + sqlRunning
 
-// sqlComplete: $5 the job's output (NULL for none).
-var sqlComplete = staleWrite(`
+// sqlComplete: $5 the job's output (NULL for none). A job that is already completed
+// under the same generation counts as completed, without a rejection record and
+// without touching the row (its output stays the one written with that completion):
+// only the holder of the generation leaves running without bumping it (see Landed), so
+// that completion was this attempt's own, made under the lease by a transaction of the
+// application's (the SQL function fenceq_complete, called by an HTTP endpoint, say).
+var sqlComplete = fencedSQL{
+	one: `
+WITH upd AS (` + sqlCompleteUpdate + `),
+done AS (` + sqlCompletedAlready + `),
+rej AS (
+    INSERT INTO fenceq_lease_events (job_id, lease_gen, worker_id, kind, detail)
+    SELECT $1, $2, $3, ` + sqlEventStaleWrite + `, $4::text
+    WHERE NOT EXISTS (SELECT 1 FROM upd) AND NOT EXISTS (SELECT 1 FROM done)
+    RETURNING id)
+SELECT state FROM upd UNION ALL SELECT state FROM done`,
+	routed: `
+WITH upd AS (` + sqlCompleteUpdate + `),
+done AS (` + sqlCompletedAlready + `),
+p AS (SELECT $3::text AS worker, $4::text AS op)
+SELECT s.state FROM (SELECT state FROM upd UNION ALL SELECT state FROM done) s, p`,
+}
+
+// sqlCompleteUpdate is the fenced completion of sqlComplete.
+var sqlCompleteUpdate = `
     UPDATE fenceq_jobs SET state = ` + sqlCompleted + `, finished_at = now(), lease_expires_at = NULL,
         output = $5::jsonb
     ` + leaseGuard + `
-    RETURNING state`)
+    RETURNING state`
+
+// sqlCompletedAlready finds, for sqlComplete, the job completed under the lease by an
+// earlier statement. It reads the statement's snapshot, so it never sees the row upd
+// completes (that row was running when the statement started); it runs only when upd
+// matched nothing.
+var sqlCompletedAlready = `
+    SELECT state FROM fenceq_jobs
+    WHERE id = $1 AND lease_gen = $2 AND state = ` + sqlCompleted + ` AND NOT EXISTS (SELECT 1 FROM upd)`
 
 // sqlCompleteMany: $1 ids, $2 generations, $3 worker, $4 outputs (NULL elements for
 // jobs without one; an empty or NULL array when none has one: unnest pads the shorter
@@ -218,19 +249,32 @@ var sqlComplete = staleWrite(`
 // VACUUM) or makes fenceq_jobs the outer side of a nested loop. As a join condition it
 // leaves the rows to be found by id in the primary key. The batch is MATERIALIZED so
 // its constant stays opaque to the planner.
+//
+// A lease whose job is already completed under the same generation is neither
+// completed again nor rejected: that completion was the attempt's own (see
+// sqlComplete). The lookup runs only for the leases upd did not complete.
 var sqlCompleteMany = completeManyUpdate("$4") + `,
 rej AS (
     INSERT INTO fenceq_lease_events (job_id, lease_gen, worker_id, kind, detail)
     SELECT l.lid, l.lgen, $3, ` + sqlEventStaleWrite + `, 'complete'
     FROM l WHERE NOT EXISTS (SELECT 1 FROM upd WHERE upd.id = l.lid AND upd.lease_gen = l.lgen)
+        AND NOT EXISTS (SELECT 1 FROM fenceq_jobs d
+            WHERE d.id = l.lid AND d.lease_gen = l.lgen AND d.state = ` + sqlCompleted + `)
     RETURNING job_id, lease_gen)
 SELECT COALESCE(array_agg(job_id), '{}')::bigint[], COALESCE(array_agg(lease_gen), '{}')::bigint[] FROM rej`
 
 // sqlCompleteManyRouted is sqlCompleteMany without the rejection records, for Citus
 // (see fencedSQL): $1 ids, $2 generations, $3 outputs. It returns the (id, generation)
-// pairs it completed; the caller records the others.
-var sqlCompleteManyRouted = completeManyUpdate("$3") + `
-SELECT COALESCE(array_agg(id), '{}')::bigint[], COALESCE(array_agg(lease_gen), '{}')::bigint[] FROM upd`
+// pairs it completed, with those it found already completed under the same generation;
+// the caller records the others.
+var sqlCompleteManyRouted = completeManyUpdate("$3") + `,
+done AS (
+    SELECT id, lease_gen FROM upd
+    UNION ALL
+    SELECT d.id, d.lease_gen FROM fenceq_jobs d JOIN l ON d.id = l.lid AND d.lease_gen = l.lgen
+    WHERE d.state = ` + sqlCompleted + `
+        AND NOT EXISTS (SELECT 1 FROM upd WHERE upd.id = l.lid AND upd.lease_gen = l.lgen))
+SELECT COALESCE(array_agg(id), '{}')::bigint[], COALESCE(array_agg(lease_gen), '{}')::bigint[] FROM done`
 
 // completeManyUpdate is the batch of leases ($1 ids, $2 generations, outputs the
 // parameter named) and its fenced UPDATE, the CTEs both forms of the batched completion
