@@ -13,8 +13,8 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"embed"
+	"encoding/json"
 	"errors"
 	"os"
 	"os/signal"
