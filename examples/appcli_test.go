@@ -76,6 +76,12 @@ func TestAppCLI(t *testing.T) {
 		t.Fatalf("migrate status printed\n%s\nwant the sets fenceq and app, both current", out)
 	}
 
+	// verify knows only the core and the app set: no check of the built-in jobs' tables.
+	out = run("verify")
+	if strings.Contains(out, "invoice") || strings.Contains(out, "order") || !strings.Contains(out, "one outbox row per dedupe key") {
+		t.Fatalf("verify printed\n%s\nwant the core's checks and none of the built-in jobs'", out)
+	}
+
 	out = run("enqueue", "--args", `{"name":"ada"}`, "app.greet")
 	m := regexp.MustCompile(`^enqueued job ([0-9]+) \(app\.greet, queue default\): available`).FindStringSubmatch(out)
 	if m == nil {
