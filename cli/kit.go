@@ -16,11 +16,6 @@ type (
 	silentError = clikit.SilentError
 )
 
-const (
-	flagDatabaseURL = clikit.FlagDatabaseURL
-	flagJSON        = clikit.FlagJSON
-)
-
 var (
 	needArgs        = clikit.NeedArgs
 	output          = clikit.Output
@@ -31,7 +26,6 @@ var (
 	dbURL           = clikit.DBURL
 	openPool        = clikit.OpenPool
 	stdout          = clikit.Stdout
-	stderr          = clikit.Stderr
 	logFlags        = clikit.LogFlags
 	newLogger       = clikit.NewLogger
 	oneLine         = clikit.OneLine

@@ -24,12 +24,10 @@ const DefaultDatabaseURL = clikit.DefaultDatabaseURL
 var (
 	needArgs        = clikit.NeedArgs
 	output          = clikit.Output
-	table           = clikit.Table
 	jsonFlag        = clikit.JSONFlag
 	databaseURLFlag = clikit.DatabaseURLFlag
 	withReportFlags = clikit.WithReportFlags
 	dbURL           = clikit.DBURL
-	openPool        = clikit.OpenPool
 	stderr          = clikit.Stderr
 	logFlags        = clikit.LogFlags
 	newLogger       = clikit.NewLogger
