@@ -1,26 +1,29 @@
-// Package cli is the fenceq command: administration (migrate, enqueue, jobs, queues,
-// workers, outbox, stats), the standalone worker, the orders API server, billing runs,
-// invariant checks (verify), alert conditions (health) and the demo.
+// Package cli is the fenceq command tree as a library: New builds it over an
+// application's own handlers, migration sets and defaults, so that an application's
+// main of a few lines gives its team worker, migrate, enqueue, jobs, queues, periodic,
+// workers, outbox, stats, verify, health, ui and version for its own kinds. The stock
+// fenceq binary is the same tree with the built-in jobs and a few commands of its own
+// (demo, bench, chaos, serve, billing).
 //
-// Run is the entry point; cmd/fenceq only calls it, and tests call it in-process with
-// their own writers to read the output and the exit status.
+// Run is the entry point; tests call it in-process with their own writers (Options.Stdout
+// and Options.Stderr) to read the output and the exit status.
 package cli
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
+	"os"
 	"strings"
 
 	ucli "github.com/urfave/cli/v2"
 
-	"github.com/fenceq/fenceq/internal/connect"
+	"github.com/fenceq/fenceq/internal/clikit"
 )
 
 // DefaultDatabaseURL is the database used when neither --database-url nor DATABASE_URL
 // is given: the local server.
-const DefaultDatabaseURL = connect.DefaultURL
+const DefaultDatabaseURL = clikit.DefaultDatabaseURL
 
 // Exit statuses.
 const (
@@ -29,54 +32,65 @@ const (
 	ExitUsage = 2 // bad command line
 )
 
-// commands is the one list of fenceq's commands.
-func commands() []*ucli.Command {
-	return []*ucli.Command{
-		withReportFlags(migrateCommand()),
-		workerCommand(),
-		withReportFlags(enqueueCommand()),
+// envKey is where New keeps the command tree's settings in the app's Metadata.
+const envKey = "fenceq.cli"
+
+// env is what the commands of one command tree know: its Options, with defaults.
+type env struct {
+	opts Options
+}
+
+// envOf returns the settings of the command tree c runs in.
+func envOf(c *ucli.Context) *env {
+	if e, ok := c.App.Metadata[envKey].(*env); ok {
+		return e
+	}
+	return &env{opts: Options{}.withDefaults()}
+}
+
+// New returns the command tree of an application's fenceq jobs: worker, migrate,
+// enqueue, jobs, queues, periodic, workers, outbox, stats, verify, health, ui and
+// version, for the kinds, migration sets and defaults opts gives, followed by
+// opts.Extra. Run it with Run; errors are returned from its RunContext, never printed
+// or turned into os.Exit.
+func New(opts Options) *ucli.App {
+	opts = opts.withDefaults()
+	e := &env{opts: opts}
+	cmds := []*ucli.Command{
+		withReportFlags(migrateCommand(e)),
+		workerCommand(e),
+		withReportFlags(enqueueCommand(e)),
 		withReportFlags(jobsCommand()),
 		withReportFlags(queuesCommand()),
 		withReportFlags(periodicCommand()),
 		withReportFlags(workersCommand()),
 		withReportFlags(outboxCommand()),
-		withReportFlags(billingCommand()),
-		serveCommand(),
 		withReportFlags(statsCommand()),
 		withReportFlags(verifyCommand()),
 		withReportFlags(healthCommand()),
 		uiCommand(),
-		demoCommand(),
-		withReportFlags(benchCommand()),
-		chaosCommand(),
 		versionCommand(),
 	}
-}
-
-// NewApp returns the fenceq command writing to stdout and stderr. Errors are returned
-// from RunContext, never printed or turned into os.Exit; Run does that.
-func NewApp(stdout, stderr io.Writer) *ucli.App {
+	cmds = append(cmds, opts.Extra...)
 	app := &ucli.App{
-		Name:  "fenceq",
-		Usage: "a PostgreSQL job queue whose jobs' outcomes happen exactly once",
-		Description: "Every command that talks to the database takes --database-url (env DATABASE_URL,\n" +
-			"default " + DefaultDatabaseURL + ", the local server).\n" +
-			"Listing and report commands take --json for machine-readable output.\n" +
-			"Start with `fenceq demo`: it needs no setup.",
-		Writer:                 stdout,
-		ErrWriter:              stderr,
-		Commands:               commands(),
+		Name:                   opts.Name,
+		Usage:                  opts.Usage,
+		Description:            opts.Description,
+		Writer:                 opts.Stdout,
+		ErrWriter:              opts.Stderr,
+		Commands:               cmds,
+		Metadata:               map[string]any{envKey: e},
 		HideVersion:            true,
 		UseShortOptionHandling: false,
 		Suggest:                true,
 		ExitErrHandler:         func(*ucli.Context, error) {},
 		OnUsageError: func(c *ucli.Context, err error, _ bool) error {
-			return usageError{fmt.Errorf("%v (see `%s --help`)", err, c.Command.HelpName)}
+			return usageError{Err: fmt.Errorf("%v (see `%s --help`)", err, c.Command.HelpName)}
 		},
 	}
 	app.Action = func(c *ucli.Context) error {
 		if c.Args().Len() > 0 {
-			return usageError{fmt.Errorf("unknown command %q (see `fenceq --help`)", c.Args().First())}
+			return usageError{Err: fmt.Errorf("unknown command %q (see `%s --help`)", c.Args().First(), c.App.Name)}
 		}
 		return ucli.ShowAppHelp(c)
 	}
@@ -107,22 +121,26 @@ func ownHelpFlags(app *ucli.App) {
 	walk(app.Commands)
 }
 
-// Run runs fenceq with args (args[0] is the program name) and returns the exit status.
-// Errors are printed as one line on stderr: "fenceq: …".
-func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	app := NewApp(stdout, stderr)
+// Run runs app (a command tree from New) with args (args[0] is the program name) and
+// returns the exit status: ExitOK, ExitError or ExitUsage. An error is printed as one
+// line on the app's ErrWriter: "NAME: …".
+func Run(ctx context.Context, app *ucli.App, args []string) int {
+	errw := app.ErrWriter
+	if errw == nil {
+		errw = os.Stderr
+	}
 	err := app.RunContext(ctx, reorderArgs(app, args))
 	if err == nil {
 		return ExitOK
 	}
 	var silent silentError
 	if errors.As(err, &silent) {
-		if silent.msg != "" {
-			fmt.Fprintf(stderr, "fenceq: %s\n", silent.msg)
+		if silent.Msg != "" {
+			fmt.Fprintf(errw, "%s: %s\n", app.Name, silent.Msg)
 		}
 		return ExitError
 	}
-	fmt.Fprintf(stderr, "fenceq: %s\n", oneLine(err.Error()))
+	fmt.Fprintf(errw, "%s: %s\n", app.Name, oneLine(err.Error()))
 	var usage usageError
 	if errors.As(err, &usage) {
 		return ExitUsage
@@ -130,28 +148,10 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return ExitError
 }
 
-// usageError is a bad command line.
-type usageError struct{ err error }
-
-func (e usageError) Error() string { return e.err.Error() }
-func (e usageError) Unwrap() error { return e.err }
-
-// silentError ends a command whose output already said what went wrong (a failed
-// verify, an alerting health check): exit 1 with at most a short summary line.
-type silentError struct{ msg string }
-
-func (e silentError) Error() string { return e.msg }
-
-func oneLine(s string) string {
-	s = strings.ReplaceAll(s, "\n\t", " ")
-	s = strings.ReplaceAll(s, "\n", " ")
-	return strings.TrimSpace(s)
-}
-
 func setUsageErrors(c *ucli.Command) {
 	if c.OnUsageError == nil {
 		c.OnUsageError = func(cc *ucli.Context, err error, _ bool) error {
-			return usageError{fmt.Errorf("%v (see `%s --help`)", err, cc.Command.HelpName)}
+			return usageError{Err: fmt.Errorf("%v (see `%s --help`)", err, cc.Command.HelpName)}
 		}
 	}
 	for _, sub := range c.Subcommands {
@@ -160,11 +160,11 @@ func setUsageErrors(c *ucli.Command) {
 	if len(c.Subcommands) > 0 && c.Action == nil {
 		c.Action = func(cc *ucli.Context) error {
 			if cc.Args().Len() > 0 {
-				return usageError{fmt.Errorf("unknown command %q for %s (see `%s --help`)",
+				return usageError{Err: fmt.Errorf("unknown command %q for %s (see `%s --help`)",
 					cc.Args().First(), cc.Command.HelpName, cc.Command.HelpName)}
 			}
 			_ = ucli.ShowSubcommandHelp(cc)
-			return usageError{fmt.Errorf("%s needs a subcommand", cc.Command.HelpName)}
+			return usageError{Err: fmt.Errorf("%s needs a subcommand", cc.Command.HelpName)}
 		}
 	}
 }
@@ -177,18 +177,9 @@ const maxListLimit = 100000
 func listLimit(c *ucli.Context) (int, error) {
 	n := c.Int("limit")
 	if n < 1 || n > maxListLimit {
-		return 0, usageError{fmt.Errorf("invalid --limit %d: want 1–%d", n, maxListLimit)}
+		return 0, usageError{Err: fmt.Errorf("invalid --limit %d: want 1–%d", n, maxListLimit)}
 	}
 	return n, nil
-}
-
-// needArgs checks the number of positional arguments.
-func needArgs(c *ucli.Context, min, max int, usage string) error {
-	n := c.Args().Len()
-	if n < min || (max >= 0 && n > max) {
-		return usageError{fmt.Errorf("usage: %s %s", c.Command.HelpName, usage)}
-	}
-	return nil
 }
 
 // reorderArgs moves the flags of the leaf command before its positional arguments, so

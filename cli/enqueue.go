@@ -4,24 +4,22 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/fenceq/fenceq"
-	"github.com/fenceq/fenceq/jobs/builtin"
 	"github.com/fenceq/fenceq/queue"
 )
 
-func enqueueCommand() *ucli.Command {
+func enqueueCommand(e *env) *ucli.Command {
 	return &ucli.Command{
 		Name:      "enqueue",
-		Usage:     "enqueue one job of a built-in kind",
+		Usage:     "enqueue one job",
 		ArgsUsage: "KIND",
-		Description: "KIND is one of the built-in kinds (see `fenceq worker --help`). Examples:\n" +
-			"  fenceq enqueue noop\n" +
-			"  fenceq enqueue sleep --args '{\"duration\": \"30s\"}' --in 1m",
+		Description: "KIND is a kind this binary knows (" + listOrNone(e.kindNames()) + ")\n" +
+			"or one that a live worker registers (see `" + e.opts.Name + " workers list`). Example:\n" +
+			"  " + e.opts.Name + " enqueue KIND --args '{\"key\": \"value\"}' --in 1m",
 		Flags: []ucli.Flag{
 			&ucli.StringFlag{Name: "args", Value: "{}", Usage: "job arguments as a JSON object"},
 			&ucli.StringFlag{Name: "queue", Usage: "queue (default: the kind's queue)"},
@@ -31,7 +29,7 @@ func enqueueCommand() *ucli.Command {
 			&ucli.StringFlag{Name: "unique-key", Usage: "while a job with this key is unfinished, return it instead of a new one"},
 			&ucli.StringSliceFlag{Name: "tag", Usage: "label the job with `TAG` (repeat for several; find it with: fenceq jobs list --tag TAG)"},
 			&ucli.IntFlag{Name: "max-attempts", Value: queue.DefaultMaxAttempts, Usage: "attempts before the job is discarded"},
-			&ucli.BoolFlag{Name: "allow-unknown-kind", Usage: "accept a kind no built-in handler runs (for your own workers)"},
+			&ucli.BoolFlag{Name: "allow-unknown-kind", Usage: "accept a kind neither this binary nor a live worker knows"},
 		},
 		Action: enqueue,
 	}
@@ -46,21 +44,22 @@ func enqueue(c *ucli.Context) error {
 	if err := needArgs(c, 1, 1, "KIND [--args JSON] [flags]"); err != nil {
 		return err
 	}
+	e := envOf(c)
 	kind := c.Args().First()
-	k, known := builtin.LookupKind(kind)
-	// Every mistake in the command line is a usage error (exit 2), found before any
-	// connection is made.
-	if !known && !c.Bool("allow-unknown-kind") {
-		return usageError{fmt.Errorf("unknown kind %q: built-in kinds are %s (or pass --allow-unknown-kind)",
-			kind, strings.Join(builtin.KindNames(), ", "))}
+	if err := queue.ValidateKind(kind); err != nil {
+		return usageError{Err: err}
 	}
+	k, known := e.lookupKind(kind)
+	// Every mistake in the command line is a usage error (exit 2), found before any
+	// connection is made; only a kind the binary does not know is looked up among the
+	// live workers' kinds.
 	raw := []byte(c.String("args"))
 	if err := queue.ValidateArgs(raw, 0); err != nil {
-		return usageError{fmt.Errorf("--args: %w", err)}
+		return usageError{Err: fmt.Errorf("--args: %w", err)}
 	}
-	if known {
+	if known && k.ValidateArgs != nil {
 		if err := k.ValidateArgs(raw); err != nil {
-			return usageError{fmt.Errorf("invalid args for kind %s: %w", kind, err)}
+			return usageError{Err: fmt.Errorf("invalid args for kind %s: %w", kind, err)}
 		}
 	}
 	args := fenceq.RawArgs{KindName: kind, JSON: raw}
@@ -75,28 +74,33 @@ func enqueue(c *ucli.Context) error {
 	}
 	if s := c.String("run-at"); s != "" {
 		if c.IsSet("in") {
-			return usageError{errors.New("give either --run-at or --in, not both")}
+			return usageError{Err: errors.New("give either --run-at or --in, not both")}
 		}
 		t, err := time.Parse(time.RFC3339, s)
 		if err != nil {
-			return usageError{fmt.Errorf("invalid --run-at %q: want RFC 3339 such as 2026-01-31T09:00:00Z", s)}
+			return usageError{Err: fmt.Errorf("invalid --run-at %q: want RFC 3339 such as 2026-01-31T09:00:00Z", s)}
 		}
 		opts.RunAt = t
 	}
 	if d := c.Duration("in"); d < 0 {
-		return usageError{fmt.Errorf("invalid --in %s: must not be negative", d)}
+		return usageError{Err: fmt.Errorf("invalid --in %s: must not be negative", d)}
 	}
 	if c.Int("max-attempts") < 1 {
-		return usageError{fmt.Errorf("invalid --max-attempts %d: must be at least 1", c.Int("max-attempts"))}
+		return usageError{Err: fmt.Errorf("invalid --max-attempts %d: must be at least 1", c.Int("max-attempts"))}
 	}
 	if err := fenceq.ValidateEnqueue(args, opts); err != nil { // queue, priority, unique key, tags
-		return usageError{err}
+		return usageError{Err: err}
 	}
-	pool, err := openSchema(c, 2)
+	pool, err := e.openForKind(c, known, kind, "")
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
+	if !known {
+		if _, _, err := e.checkKind(c.Context, pool, kind, "", c.Bool("allow-unknown-kind")); err != nil {
+			return err
+		}
+	}
 	res, err := fenceq.Enqueue(c.Context, pool, args, opts)
 	if err != nil {
 		return err

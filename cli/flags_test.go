@@ -9,6 +9,7 @@ import (
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/fenceq/fenceq/cli"
+	"github.com/fenceq/fenceq/internal/stockcli"
 )
 
 // commandFlags are the flags of every command (--help aside). Each command takes only
@@ -16,9 +17,9 @@ import (
 // flag a command stops reading leaves both.
 var commandFlags = map[string][]string{
 	"migrate":        {},
-	"migrate up":     {"database-url", "json"},
+	"migrate up":     {"set", "database-url", "json"},
 	"migrate down":   {"set", "all", "database-url", "json"},
-	"migrate status": {"database-url", "json"},
+	"migrate status": {"set", "database-url", "json"},
 	"worker": {"queues", "concurrency", "lease", "heartbeat", "reaper", "poll", "metrics-addr", "shutdown-timeout",
 		"id", "max-conns", "retention", "no-listen", "no-periodic", "periodic-interval", "periodic-grace",
 		"ui-addr", "ui-read-only", "ui-auth-basic", "ui-auth-token", "ui-refresh", "order-key-ttl", "mailer", "tax-latency", "tax-tail-probability",
@@ -96,7 +97,7 @@ func TestCommandFlags(t *testing.T) {
 			walk(name, c.Subcommands)
 		}
 	}
-	walk("", cli.NewApp(io.Discard, io.Discard).Commands)
+	walk("", stockcli.New(io.Discard, io.Discard).Commands)
 	for name := range commandFlags {
 		if !seen[name] {
 			t.Errorf("commandFlags lists fenceq %s, which does not exist", name)

@@ -40,7 +40,7 @@ type Condition = health.Condition
 func positiveDurations(c *ucli.Context, flags ...string) error {
 	for _, f := range flags {
 		if c.Duration(f) <= 0 {
-			return usageError{fmt.Errorf("invalid --%s %s: must be positive", f, c.Duration(f))}
+			return usageError{Err: fmt.Errorf("invalid --%s %s: must be positive", f, c.Duration(f))}
 		}
 	}
 	return nil
@@ -88,7 +88,7 @@ func healthAction(c *ucli.Context) error {
 		return err
 	}
 	if !rep.Healthy {
-		return silentError{fmt.Sprintf("health: %d alert condition(s) hold", rep.Alerts)}
+		return silentError{Msg: fmt.Sprintf("health: %d alert condition(s) hold", rep.Alerts)}
 	}
 	return nil
 }

@@ -9,7 +9,7 @@ import (
 
 	ucli "github.com/urfave/cli/v2"
 
-	"github.com/fenceq/fenceq/cli"
+	"github.com/fenceq/fenceq/internal/stockcli"
 )
 
 // flagColumn is the left column of a flag's line in --help: its names, each with its
@@ -77,7 +77,7 @@ func TestHelpPlaceholders(t *testing.T) {
 			walk(path, c.Subcommands)
 		}
 	}
-	walk(nil, cli.NewApp(io.Discard, io.Discard).Commands)
+	walk(nil, stockcli.New(io.Discard, io.Discard).Commands)
 	if len(paths) < 10 {
 		t.Fatalf("walked only %d commands: %q", len(paths), paths)
 	}

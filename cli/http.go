@@ -31,35 +31,35 @@ func httpEndpoints(c *ucli.Context) ([]fenceqhttp.Endpoint, error) {
 	retry := c.StringSlice("http-retry-4xx")
 	if len(specs) == 0 {
 		if len(retry) > 0 {
-			return nil, usageError{fmt.Errorf("--http-retry-4xx %s: no --http kind", retry[0])}
+			return nil, usageError{Err: fmt.Errorf("--http-retry-4xx %s: no --http kind", retry[0])}
 		}
 		return nil, nil
 	}
 	secret := c.String("http-secret")
 	if secret == "" {
-		return nil, usageError{fmt.Errorf("--http needs a secret to sign its requests: set FENCEQ_HTTP_SECRET (or --http-secret)")}
+		return nil, usageError{Err: fmt.Errorf("--http needs a secret to sign its requests: set FENCEQ_HTTP_SECRET (or --http-secret)")}
 	}
 	if c.Duration("http-timeout") < 0 {
-		return nil, usageError{fmt.Errorf("invalid --http-timeout %s: must not be negative", c.Duration("http-timeout"))}
+		return nil, usageError{Err: fmt.Errorf("invalid --http-timeout %s: must not be negative", c.Duration("http-timeout"))}
 	}
 	check := fenceq.NewHandlers() // finds bad kinds, URLs and duplicates before connecting
 	var eps []fenceqhttp.Endpoint
 	for _, spec := range specs {
 		kind, url, ok := strings.Cut(spec, "=")
 		if !ok || kind == "" || url == "" {
-			return nil, usageError{fmt.Errorf("invalid --http %q: want KIND=URL", spec)}
+			return nil, usageError{Err: fmt.Errorf("invalid --http %q: want KIND=URL", spec)}
 		}
 		ep := fenceqhttp.Endpoint{Kind: kind, URL: url, Secret: []byte(secret),
 			RetryClientErrors: slices.Contains(retry, kind),
 			Opts:              &fenceq.HandlerOpts{Timeout: c.Duration("http-timeout")}}
 		if err := fenceqhttp.Add(check, ep); err != nil {
-			return nil, usageError{fmt.Errorf("--http %s: %w", kind, err)}
+			return nil, usageError{Err: fmt.Errorf("--http %s: %w", kind, err)}
 		}
 		eps = append(eps, ep)
 	}
 	for _, k := range retry {
 		if !slices.ContainsFunc(eps, func(ep fenceqhttp.Endpoint) bool { return ep.Kind == k }) {
-			return nil, usageError{fmt.Errorf("--http-retry-4xx %s: no --http kind %q", k, k)}
+			return nil, usageError{Err: fmt.Errorf("--http-retry-4xx %s: no --http kind %q", k, k)}
 		}
 	}
 	return eps, nil
@@ -71,7 +71,7 @@ func addHTTPKinds(hs *fenceq.Handlers, eps []fenceqhttp.Endpoint, metrics fenceq
 	for _, ep := range eps {
 		ep.Metrics = metrics
 		if err := fenceqhttp.Add(hs, ep); err != nil {
-			return usageError{fmt.Errorf("--http %s: %w", ep.Kind, err)}
+			return usageError{Err: fmt.Errorf("--http %s: %w", ep.Kind, err)}
 		}
 	}
 	return nil

@@ -63,7 +63,7 @@ func parseJobID(c *ucli.Context) (int64, error) {
 	}
 	id, err := strconv.ParseInt(c.Args().First(), 10, 64)
 	if err != nil || id <= 0 {
-		return 0, usageError{fmt.Errorf("invalid job id %q: want a positive integer", c.Args().First())}
+		return 0, usageError{Err: fmt.Errorf("invalid job id %q: want a positive integer", c.Args().First())}
 	}
 	return id, nil
 }
@@ -100,19 +100,19 @@ func jobsList(c *ucli.Context) error {
 	}
 	if t := c.String("tag"); t != "" {
 		if err := queue.ValidateName("--tag", t, queue.MaxTagLen); err != nil {
-			return usageError{err}
+			return usageError{Err: err}
 		}
 	}
 	// A queue or kind no job can have is a mistake in the command line, not a filter
 	// that matches nothing (and text PostgreSQL cannot hold would fail the query).
 	if q := c.String("queue"); q != "" {
 		if err := queue.ValidateName("--queue", q, queue.MaxQueueLen); err != nil {
-			return usageError{err}
+			return usageError{Err: err}
 		}
 	}
 	if k := c.String("kind"); k != "" {
 		if err := queue.ValidateName("--kind", k, queue.MaxKindLen); err != nil {
-			return usageError{err}
+			return usageError{Err: err}
 		}
 	}
 	if err := positiveDurations(c, "live-within"); err != nil {
@@ -120,7 +120,7 @@ func jobsList(c *ucli.Context) error {
 	}
 	st := queue.State(c.String("state"))
 	if st != "" && !st.Valid() {
-		return usageError{fmt.Errorf("invalid --state %q: want one of %s", st, stateNames())}
+		return usageError{Err: fmt.Errorf("invalid --state %q: want one of %s", st, stateNames())}
 	}
 	limit, err := listLimit(c)
 	if err != nil {

@@ -63,7 +63,7 @@ func TestEnqueueErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"nope"}, `unknown kind "nope": built-in kinds are`},
+		{[]string{"nope"}, `unknown kind "nope": this binary knows housekeeping.idempotency, invoice, noop`},
 		{[]string{"noop", "--args", `{"a":`}, "malformed JSON"},
 		{[]string{"noop", "--args", `[1]`}, "must be a JSON object"},
 		{[]string{"sleep", "--args", `{"duration": "forever"}`}, "invalid args for kind sleep"},

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fenceq/fenceq/cli"
 	"github.com/fenceq/fenceq/fenceqtest"
+	"github.com/fenceq/fenceq/internal/stockcli"
 	"github.com/fenceq/fenceq/internal/syncbuf"
 	"github.com/fenceq/fenceq/jobs/builtin"
 )
@@ -68,7 +68,7 @@ func (b *testBundle) okJSON(t *testing.T, v any, args ...string) {
 
 func runCLI(ctx context.Context, args ...string) result {
 	var out, errb syncbuf.Buffer
-	code := cli.Run(ctx, append([]string{"fenceq"}, args...), &out, &errb)
+	code := stockcli.Run(ctx, append([]string{"fenceq"}, args...), &out, &errb)
 	return result{code: code, stdout: out.String(), stderr: errb.String()}
 }
 
@@ -90,5 +90,5 @@ func jsonDecode(s string, v any) error { return json.Unmarshal([]byte(s), v) }
 // runWithWriters runs fenceq with stderr going to w (for commands that log while running).
 func runWithWriters(ctx context.Context, w *syncbuf.Buffer, args ...string) int {
 	var out syncbuf.Buffer
-	return cli.Run(ctx, append([]string{"fenceq"}, args...), &out, w)
+	return stockcli.Run(ctx, append([]string{"fenceq"}, args...), &out, w)
 }

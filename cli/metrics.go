@@ -11,16 +11,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/fenceq/fenceq/fenceqprom"
-	"github.com/fenceq/fenceq/jobs/builtin"
 	"github.com/fenceq/fenceq/queue"
 )
 
-// cliMetrics are the metrics a command serves, in one registry: the built-in kinds'
-// and their worker's (builtin.Metrics), the Go runtime's, the process's, and the
-// database collector's.
+// cliMetrics are the metrics a command serves, in one registry: the worker's
+// (fenceqprom), the Go runtime's, the process's, and the database collector's; a
+// WorkerSetup may register more in reg.
 type cliMetrics struct {
-	*builtin.Metrics
-	reg *prometheus.Registry
+	Core *fenceqprom.Metrics
+	reg  *prometheus.Registry
 }
 
 // newMetrics registers the metrics in a fresh registry; db is read at every scrape.
@@ -32,14 +31,14 @@ func newMetrics(db queue.DBTX, log *slog.Logger) (*cliMetrics, error) {
 	if err := reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
 		return nil, fmt.Errorf("register process metrics: %w", err)
 	}
-	m, err := builtin.NewMetrics(reg)
+	m, err := fenceqprom.New(reg)
 	if err != nil {
 		return nil, err
 	}
 	if err := reg.Register(fenceqprom.NewDBCollector(db, 5*time.Second, log)); err != nil {
 		return nil, fmt.Errorf("register database metrics: %w", err)
 	}
-	return &cliMetrics{Metrics: m, reg: reg}, nil
+	return &cliMetrics{Core: m, reg: reg}, nil
 }
 
 // handler serves the metrics in the Prometheus exposition format.

@@ -10,20 +10,31 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	ucli "github.com/urfave/cli/v2"
 
-	"github.com/fenceq/fenceq/jobs/builtin"
 	"github.com/fenceq/fenceq/migrations"
 )
 
-func migrateCommand() *ucli.Command {
+func migrateCommand(e *env) *ucli.Command {
+	setFlag := func(usage string) ucli.Flag {
+		return &ucli.StringSliceFlag{Name: "set", Usage: usage + " (repeat for several): " + strings.Join(e.setNames(), ", ")}
+	}
+	desc := "Migration sets: " + strings.Join(e.setNames(), ", ") + ". The core (fenceq) creates only fenceq_*\n" +
+		"tables; every other set creates the tables of its own jobs."
+	if len(e.opts.OptionalMigrations) > 0 {
+		var names []string
+		for _, s := range e.opts.OptionalMigrations {
+			names = append(names, s.Name)
+		}
+		desc += "\nInstalled only when named with --set: " + strings.Join(names, ", ") + "."
+	}
 	return &ucli.Command{
-		Name:  "migrate",
-		Usage: "apply, revert or show the schema migrations: fenceq's own, then the built-in jobs' tables",
-		Description: "Migration sets: " + strings.Join(setNames(), ", ") + ". The core (fenceq) creates only\n" +
-			"fenceq_* tables; each built-in job's set creates its own business tables.",
+		Name:        "migrate",
+		Usage:       "apply, revert or show the schema migrations of fenceq's core and of the application's sets",
+		Description: desc,
 		Subcommands: []*ucli.Command{
 			{
 				Name:   "up",
-				Usage:  "apply every pending migration of every set",
+				Usage:  "apply every pending migration of the default sets, or of the --set sets",
+				Flags:  []ucli.Flag{setFlag("apply only this set, installing it if needed")},
 				Action: migrateUp,
 			},
 			{
@@ -31,26 +42,41 @@ func migrateCommand() *ucli.Command {
 				Usage:     "revert the last N applied migrations of one set (default 1, of --set fenceq)",
 				ArgsUsage: "[N]",
 				Flags: []ucli.Flag{
-					&ucli.StringFlag{Name: "set", Value: migrations.Core().Name, Usage: "the set to revert: " + strings.Join(setNames(), ", ")},
-					&ucli.BoolFlag{Name: "all", Usage: "revert every migration of every set: drops all fenceq and built-in job tables and their data"},
+					setFlag("the set to revert"),
+					&ucli.BoolFlag{Name: "all", Usage: "revert every migration of every installed set (or of the --set sets): drops their tables and data"},
 				},
 				Action: migrateDown,
 			},
 			{
 				Name:   "status",
 				Usage:  "show each set's version and which migrations are applied",
+				Flags:  []ucli.Flag{setFlag("show only this set")},
 				Action: migrateStatus,
 			},
 		},
 	}
 }
 
-func setNames() []string {
-	var out []string
-	for _, s := range builtin.Migrations() {
-		out = append(out, s.Name)
+// chosenSets returns the sets --set names, in the binary's order (the core first),
+// or def when --set is not given. An unknown name is a usage error.
+func chosenSets(c *ucli.Context, e *env, def []migrations.Set) ([]migrations.Set, error) {
+	names := c.StringSlice("set")
+	if len(names) == 0 {
+		return def, nil
 	}
-	return out
+	all := e.sets()
+	for _, n := range names {
+		if !slices.ContainsFunc(all, func(s migrations.Set) bool { return s.Name == n }) {
+			return nil, usageError{Err: fmt.Errorf("invalid --set %q: want one of %s", n, strings.Join(e.setNames(), ", "))}
+		}
+	}
+	var out []migrations.Set
+	for _, s := range all {
+		if slices.Contains(names, s.Name) {
+			out = append(out, s)
+		}
+	}
+	return out, nil
 }
 
 // setChange is what one set went through.
@@ -96,15 +122,23 @@ func changes(before, after []migrations.Report) migrateResult {
 }
 
 func migrateUp(c *ucli.Context) error {
-	if err := needArgs(c, 0, 0, ""); err != nil {
+	if err := needArgs(c, 0, 0, "[--set NAME]..."); err != nil {
 		return err
+	}
+	e := envOf(c)
+	sets, err := chosenSets(c, e, e.defaultSets())
+	if err != nil {
+		return err
+	}
+	// Every set may refer to the core's tables: the core comes first, named or not.
+	if sets[0].Name != migrations.Core().Name {
+		sets = append([]migrations.Set{migrations.Core()}, sets...)
 	}
 	pool, err := openPool(c, 2)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	sets := builtin.Migrations()
 	before, err := statusAll(c, pool, sets)
 	if err != nil {
 		return err
@@ -130,32 +164,41 @@ func migrateUp(c *ucli.Context) error {
 }
 
 func migrateDown(c *ucli.Context) error {
-	if err := needArgs(c, 0, 1, "[N] [--set SET] | --all"); err != nil {
+	if err := needArgs(c, 0, 1, "[N] [--set NAME] | --all [--set NAME]..."); err != nil {
 		return err
 	}
-	all := builtin.Migrations()
+	e := envOf(c)
 	steps := 1
 	if c.Args().Len() == 1 {
 		if c.Bool("all") {
-			return usageError{fmt.Errorf("give either N or --all, not both")}
+			return usageError{Err: fmt.Errorf("give either N or --all, not both")}
 		}
 		n, err := strconv.Atoi(c.Args().First())
 		if err != nil || n < 1 {
-			return usageError{fmt.Errorf("invalid number of migrations %q: want a positive integer", c.Args().First())}
+			return usageError{Err: fmt.Errorf("invalid number of migrations %q: want a positive integer", c.Args().First())}
 		}
 		steps = n
 	}
-	// --all reverts the business sets first: they were applied after the core.
-	sets := slices.Clone(all)
-	slices.Reverse(sets)
+	var sets []migrations.Set
 	if c.Bool("all") {
 		steps = 0
-	} else {
-		i := slices.IndexFunc(all, func(s migrations.Set) bool { return s.Name == c.String("set") })
-		if i < 0 {
-			return usageError{fmt.Errorf("invalid --set %q: want one of %s", c.String("set"), strings.Join(setNames(), ", "))}
+		all, err := chosenSets(c, e, e.sets())
+		if err != nil {
+			return err
 		}
-		sets = all[i : i+1]
+		// Reverted in the reverse order they apply: the sets that may refer to the
+		// core before the core.
+		sets = slices.Clone(all)
+		slices.Reverse(sets)
+	} else {
+		chosen, err := chosenSets(c, e, []migrations.Set{migrations.Core()})
+		if err != nil {
+			return err
+		}
+		if len(chosen) != 1 {
+			return usageError{Err: fmt.Errorf("reverting N migrations takes one --set, got %d (or use --all)", len(chosen))}
+		}
+		sets = chosen
 	}
 	pool, err := openPool(c, 2)
 	if err != nil {
@@ -177,7 +220,10 @@ func migrateDown(c *ucli.Context) error {
 			return fmt.Errorf("cannot revert %d migrations of %s: only %d are applied", steps, before[0].Set, applied(before[0]))
 		}
 	}
-	for _, s := range sets {
+	for i, s := range sets {
+		if !before[i].Installed {
+			continue // nothing to revert; reverting would create its version table
+		}
 		if err := s.Down(c.Context, pool, steps); err != nil {
 			return err
 		}
@@ -188,7 +234,11 @@ func migrateDown(c *ucli.Context) error {
 	}
 	res := changes(before, after)
 	return output(c, res, func(w io.Writer) error {
-		for _, s := range res.Sets {
+		for i, s := range res.Sets {
+			if !before[i].Installed {
+				fmt.Fprintf(w, "%s: not installed; nothing to revert\n", s.Set)
+				continue
+			}
 			fmt.Fprintf(w, "%s: reverted from version %d to %d (%d reverted)\n", s.Set, s.From, s.To, s.Changed)
 		}
 		return nil
@@ -196,7 +246,12 @@ func migrateDown(c *ucli.Context) error {
 }
 
 func migrateStatus(c *ucli.Context) error {
-	if err := needArgs(c, 0, 0, ""); err != nil {
+	if err := needArgs(c, 0, 0, "[--set NAME]..."); err != nil {
+		return err
+	}
+	e := envOf(c)
+	sets, err := chosenSets(c, e, e.sets())
+	if err != nil {
 		return err
 	}
 	pool, err := openPool(c, 2)
@@ -204,25 +259,34 @@ func migrateStatus(c *ucli.Context) error {
 		return err
 	}
 	defer pool.Close()
-	reps, err := statusAll(c, pool, builtin.Migrations())
+	reps, err := statusAll(c, pool, sets)
 	if err != nil {
 		return err
 	}
 	return output(c, reps, func(w io.Writer) error {
 		rows := [][]string{}
 		for _, rep := range reps {
+			up := e.opts.Name + " migrate up"
+			if e.optional(rep.Set) {
+				up += " --set " + rep.Set
+			}
 			state := "current"
 			switch {
 			case rep.Dirty:
 				state = "DIRTY: a migration failed half-way"
+			case !rep.Installed:
+				state = fmt.Sprintf("not installed (install it with `%s`)", up)
 			case rep.Version < rep.Latest:
-				state = fmt.Sprintf("%d pending (run `fenceq migrate up`)", len(rep.Migrations)-applied(rep))
+				state = fmt.Sprintf("%d pending (run `%s`)", len(rep.Migrations)-applied(rep), up)
 			}
 			fmt.Fprintf(w, "%s: version %d of %d, %s\n", rep.Set, rep.Version, rep.Latest, state)
 			for _, m := range rep.Migrations {
 				st := "pending"
-				if m.Applied {
+				switch {
+				case m.Applied:
 					st = "applied"
+				case !rep.Installed:
+					st = "not installed"
 				}
 				rows = append(rows, []string{rep.Set, strconv.FormatUint(uint64(m.Version), 10), m.Name, st})
 			}

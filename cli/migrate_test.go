@@ -37,13 +37,28 @@ func TestMigrateRoundTrip(t *testing.T) {
 		versions[i] = m.Version
 	}
 	before := func(steps int) uint { return versions[len(versions)-1-steps] }
+	// The stock migrate up installs the core alone; the built-in jobs' sets show as
+	// not installed, not as pending, until they are named.
 	out := b.ok(t, "migrate", "up")
-	if !strings.Contains(out, "applied") {
-		t.Errorf("migrate up printed %q", out)
+	if !strings.Contains(out, "fenceq: migrated from version 0") || strings.Contains(out, "invoice") || strings.Contains(out, "order") {
+		t.Errorf("migrate up printed %q, want the core alone migrated", out)
 	}
-	if out := b.ok(t, "migrate", "up"); strings.Count(out, "schema is current") != 3 {
+	status()
+	if st.Version != latest || reps[1].Installed || reps[2].Installed || reps[1].Dirty || reps[2].Dirty {
+		t.Fatalf("after plain up: %+v, want the core current and the built-in sets not installed", reps)
+	}
+	if out := b.ok(t, "migrate", "status"); !strings.Contains(out, "invoice: version 0 of 1, not installed (install it with `fenceq migrate up --set invoice`)") ||
+		strings.Contains(out, "pending") {
+		t.Errorf("status after plain up: %q", out)
+	}
+	out = b.ok(t, "migrate", "up", "--set", "invoice", "--set", "order")
+	if !strings.Contains(out, "invoice: migrated from version 0 to 1") || !strings.Contains(out, "order: migrated from version 0 to 1") {
+		t.Errorf("migrate up --set invoice --set order printed %q", out)
+	}
+	if out := b.ok(t, "migrate", "up", "--set", "invoice", "--set", "order"); strings.Count(out, "schema is current") != 3 {
 		t.Errorf("second migrate up printed %q, want every set current", out)
 	}
+	oneErrorLine(t, b.run(t, "migrate", "up", "--set", "nope"), `invalid --set "nope": want one of fenceq, invoice, order`)
 	status()
 	if st.Version != latest || !reps[1].Current() || !reps[2].Current() {
 		t.Fatalf("after up: %+v, want every set current", reps)
@@ -83,9 +98,45 @@ func TestMigrateRoundTrip(t *testing.T) {
 	if tables != 0 {
 		t.Fatalf("%d tables left after migrate down --all", tables)
 	}
-	b.ok(t, "migrate", "up")
+	b.ok(t, "migrate", "up", "--set", "invoice", "--set", "order")
 	status()
 	if st.Version != latest || !reps[1].Current() || !reps[2].Current() {
 		t.Fatalf("after down --all and up: %+v", reps)
 	}
+}
+
+// In a database with a table of its own called orders, installing the order set fails
+// cleanly: rolled back, no dirty flag, the error naming the set, the version and the
+// statement; the core is untouched and the set still shows as not installed.
+func TestMigrateOrderSetOverExistingOrdersTable(t *testing.T) {
+	t.Parallel()
+	b := setup(t, fenceqtest.Options{NoMigrate: true})
+	if _, err := b.db.Pool.Exec(b.ctx, `CREATE TABLE orders (sku text PRIMARY KEY, note text)`); err != nil {
+		t.Fatal(err)
+	}
+	b.ok(t, "migrate", "up")
+	r := b.run(t, "migrate", "up", "--set", "order")
+	// The set adopts an orders table of its own shape (CREATE TABLE IF NOT EXISTS), so
+	// the first statement that meets the foreign table's shape is the one that fails.
+	oneErrorLine(t, r, "migrate up (order): set order, version 1 (000001_create_orders.up.sql), statement ")
+	for _, want := range []string{` ON orders `, "does not exist (SQLSTATE", "rolled back, nothing of this migration is applied"} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("stderr %q lacks %q", r.stderr, want)
+		}
+	}
+	var reps []migrations.Report
+	b.okJSON(t, &reps, "migrate", "status", "--set", "order")
+	if len(reps) != 1 || reps[0].Set != "order" || reps[0].Dirty || reps[0].Installed || reps[0].Version != 0 {
+		t.Fatalf("order set after the failure: %+v, want not installed and clean", reps)
+	}
+	// The application's table is as it was: no column of the order set's was added.
+	var cols int
+	if err := b.db.Pool.QueryRow(b.ctx, `SELECT count(*) FROM information_schema.columns
+		WHERE table_schema = $1 AND table_name = 'orders'`, b.db.Schema).Scan(&cols); err != nil {
+		t.Fatal(err)
+	}
+	if cols != 2 {
+		t.Errorf("orders has %d columns, want its own 2", cols)
+	}
+	b.ok(t, "jobs", "list") // the core is current
 }

@@ -52,7 +52,7 @@ func outboxList(c *ucli.Context) error {
 	}
 	st := outbox.State(c.String("state"))
 	if st != "" && !st.Valid() {
-		return usageError{fmt.Errorf("invalid --state %q: want one of %s", st, outboxStateNames())}
+		return usageError{Err: fmt.Errorf("invalid --state %q: want one of %s", st, outboxStateNames())}
 	}
 	limit, err := listLimit(c)
 	if err != nil {
@@ -96,7 +96,7 @@ func outboxRetry(c *ucli.Context) error {
 	}
 	id, err := strconv.ParseInt(c.Args().First(), 10, 64)
 	if err != nil || id <= 0 {
-		return usageError{fmt.Errorf("invalid outbox row id %q: want a positive integer", c.Args().First())}
+		return usageError{Err: fmt.Errorf("invalid outbox row id %q: want a positive integer", c.Args().First())}
 	}
 	pool, err := openSchema(c, 2)
 	if err != nil {

@@ -11,7 +11,6 @@ import (
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/fenceq/fenceq"
-	"github.com/fenceq/fenceq/jobs/builtin"
 	"github.com/fenceq/fenceq/queue"
 )
 
@@ -54,7 +53,7 @@ func periodicCommand() *ucli.Command {
 					&ucli.BoolFlag{Name: "run-on-start", Usage: "also enqueue one job whenever workers start after every one was down"},
 					&ucli.IntFlag{Name: "priority", Value: queue.DefaultPriority, Usage: "priority 0–100, lower runs first"},
 					&ucli.IntFlag{Name: "max-attempts", Value: queue.DefaultMaxAttempts, Usage: "attempts before a job is discarded"},
-					&ucli.BoolFlag{Name: "allow-unknown-kind", Usage: "accept a kind no built-in handler runs (for your own workers)"},
+					&ucli.BoolFlag{Name: "allow-unknown-kind", Usage: "accept a kind neither this binary nor a live worker knows"},
 				},
 				Action: periodicAdd,
 			},
@@ -75,7 +74,7 @@ func periodicName(c *ucli.Context, usage string) (string, error) {
 	}
 	name := c.Args().First()
 	if err := queue.ValidateName("name", name, queue.MaxPeriodicNameLen); err != nil {
-		return "", usageError{err}
+		return "", usageError{Err: err}
 	}
 	return name, nil
 }
@@ -102,25 +101,22 @@ func periodicAdd(c *ucli.Context) error {
 	}
 	for _, f := range []string{"schedule", "kind"} {
 		if strings.TrimSpace(c.String(f)) == "" {
-			return usageError{fmt.Errorf("--%s is required (see `%s --help`)", f, c.Command.HelpName)}
+			return usageError{Err: fmt.Errorf("--%s is required (see `%s --help`)", f, c.Command.HelpName)}
 		}
 	}
+	e := envOf(c)
 	kind := c.String("kind")
-	k, known := builtin.LookupKind(kind)
 	if err := queue.ValidateKind(kind); err != nil {
-		return usageError{fmt.Errorf("--kind: %w", err)}
+		return usageError{Err: fmt.Errorf("--kind: %w", err)}
 	}
-	if !known && !c.Bool("allow-unknown-kind") {
-		return usageError{fmt.Errorf("--kind: unknown kind %q: built-in kinds are %s (or pass --allow-unknown-kind)",
-			kind, strings.Join(builtin.KindNames(), ", "))}
-	}
+	k, known := e.lookupKind(kind)
 	raw := []byte(c.String("args"))
 	if err := queue.ValidateArgs(raw, 0); err != nil {
-		return usageError{fmt.Errorf("--args: %w", err)}
+		return usageError{Err: fmt.Errorf("--args: %w", err)}
 	}
-	if known {
+	if known && k.ValidateArgs != nil {
 		if err := k.ValidateArgs(raw); err != nil {
-			return usageError{fmt.Errorf("--args: invalid args for kind %s: %w", kind, err)}
+			return usageError{Err: fmt.Errorf("--args: invalid args for kind %s: %w", kind, err)}
 		}
 	}
 	p := queue.PeriodicParams{Name: name, Spec: c.String("schedule"), Timezone: c.String("timezone"), Kind: kind,
@@ -130,21 +126,26 @@ func periodicAdd(c *ucli.Context) error {
 		p.Queue = k.Queue
 	}
 	if c.Int("max-attempts") < 1 {
-		return usageError{fmt.Errorf("--max-attempts: %d must be at least 1", c.Int("max-attempts"))}
+		return usageError{Err: fmt.Errorf("--max-attempts: %d must be at least 1", c.Int("max-attempts"))}
 	}
 	// Every field is checked before a connection is made.
 	if _, err := fenceq.ValidatePeriodic(&p); err != nil {
 		var ve *queue.ValidationError
 		if errors.As(err, &ve) && flagOf[ve.Field] != "" {
-			return usageError{fmt.Errorf("%s: %w", flagOf[ve.Field], err)}
+			return usageError{Err: fmt.Errorf("%s: %w", flagOf[ve.Field], err)}
 		}
-		return usageError{err}
+		return usageError{Err: err}
 	}
-	pool, err := openSchema(c, 2)
+	pool, err := e.openForKind(c, known, kind, "--kind: ")
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
+	if !known {
+		if _, _, err := e.checkKind(c.Context, pool, kind, "--kind: ", c.Bool("allow-unknown-kind")); err != nil {
+			return err
+		}
+	}
 	info, err := fenceq.AddPeriodic(c.Context, pool, p)
 	if err != nil {
 		return periodicError(name, err)

@@ -82,7 +82,7 @@ func queuesPause(paused bool) ucli.ActionFunc {
 		}
 		name := c.Args().First()
 		if err := queue.ValidateQueue(name); err != nil {
-			return usageError{err}
+			return usageError{Err: err}
 		}
 		pool, err := openSchema(c, 2)
 		if err != nil {

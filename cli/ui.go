@@ -57,14 +57,14 @@ func newDashboard(c *ucli.Context, prefix string, pool *pgxpool.Pool, th health.
 	if s := c.String(prefix + "auth-basic"); s != "" {
 		a, err := fenceqweb.ParseBasicAuth(s)
 		if err != nil {
-			return nil, usageError{fmt.Errorf("invalid --%sauth-basic (or FENCEQ_UI_BASIC_AUTH): want USER:PASSWORD", prefix)}
+			return nil, usageError{Err: fmt.Errorf("invalid --%sauth-basic (or FENCEQ_UI_BASIC_AUTH): want USER:PASSWORD", prefix)}
 		}
 		cfg.Auth = a
 	}
 	cfg.Auth.Token = c.String(prefix + "auth-token")
 	h, err := fenceqweb.New(cfg)
 	if err != nil {
-		return nil, usageError{fmt.Errorf("dashboard: %w", err)}
+		return nil, usageError{Err: fmt.Errorf("dashboard: %w", err)}
 	}
 	return h, nil
 }
@@ -74,7 +74,7 @@ func newDashboard(c *ucli.Context, prefix string, pool *pgxpool.Pool, th health.
 func startDashboard(h *fenceqweb.Handler, addr, flag string, log *slog.Logger) (*httpserver.Server, error) {
 	ln, err := h.Listen(addr)
 	if errors.Is(err, fenceqweb.ErrInsecureBind) {
-		return nil, usageError{fmt.Errorf("--%s %s: %w", flag, addr, err)}
+		return nil, usageError{Err: fmt.Errorf("--%s %s: %w", flag, addr, err)}
 	}
 	if err != nil {
 		return nil, err
@@ -95,10 +95,10 @@ func uiAction(c *ucli.Context) error {
 		return err
 	}
 	if c.Int("max-conns") < 1 {
-		return usageError{fmt.Errorf("invalid --max-conns %d: must be at least 1", c.Int("max-conns"))}
+		return usageError{Err: fmt.Errorf("invalid --max-conns %d: must be at least 1", c.Int("max-conns"))}
 	}
 	if strings.TrimSpace(c.String("addr")) == "" {
-		return usageError{errors.New("--addr must not be empty")}
+		return usageError{Err: errors.New("--addr must not be empty")}
 	}
 	pool, err := openSchema(c, int32(c.Int("max-conns")))
 	if err != nil {

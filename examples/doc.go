@@ -7,10 +7,13 @@
 //     the relay delivering the webhook once to a local HTTP receiver;
 //   - idempotent-http: an HTTP handler under idempotency keys, a client retry answered
 //     with the first response;
-//   - periodic: a schedule that fires every second, and its first run.
+//   - periodic: a schedule that fires every second, and its first run;
+//   - appcli: an application's own command built with cli.New: migrate, enqueue,
+//     worker and the rest of the fenceq commands for its kind app.greet.
 //
-// Each reads DATABASE_URL (default postgres://postgres@127.0.0.1:5432/test) and exits 0
-// when it did what it shows. The tests of this package build every program and run it
+// Each but appcli reads DATABASE_URL (default postgres://postgres@127.0.0.1:5432/test)
+// and exits 0 when it did what it shows; appcli is a command line tool, run by its test
+// through migrate up, migrate status, enqueue and worker. The tests of this package build every program and run it
 // against a real PostgreSQL, each in a schema of its own, and check that the README's
 // quickstart is the quickstart program and that the links of the documentation resolve.
 package examples

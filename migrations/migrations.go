@@ -171,7 +171,9 @@ type Migration struct {
 // Report is the state of one set in the schema: its current version and every known
 // migration.
 type Report struct {
-	Set        string      `json:"set"`
+	Set string `json:"set"`
+	// Installed is false while no migration of the set is applied (nor failed half-way).
+	Installed  bool        `json:"installed"`
 	Version    uint        `json:"version"`
 	Latest     uint        `json:"latest"`
 	Dirty      bool        `json:"dirty"`
@@ -235,12 +237,26 @@ func (s Set) Down(ctx context.Context, pool *pgxpool.Pool, steps int) error {
 // Status reports the set's current version and which of its migrations are applied.
 func (s Set) Status(ctx context.Context, pool *pgxpool.Pool) (Report, error) {
 	rep := Report{Set: s.Name, Latest: s.Latest()}
+	// A set never installed has no version table; reading it must not create one.
+	var exists bool
+	if err := pool.QueryRow(ctx, sqlVersionTableExists, s.Table).Scan(&exists); err != nil {
+		return rep, fmt.Errorf("migrate status (%s): %w", s.Name, err)
+	}
+	if !exists {
+		all, err := s.list()
+		if err != nil {
+			return rep, fmt.Errorf("migrate status (%s): %w", s.Name, err)
+		}
+		rep.Migrations = all
+		return rep, nil
+	}
 	err := s.run(ctx, pool, "migrate status", false, func(m *migrate.Migrate) error {
 		v, dirty, err := m.Version()
 		if err != nil && !errors.Is(err, migrate.ErrNilVersion) {
 			return err
 		}
 		rep.Version, rep.Dirty = v, dirty
+		rep.Installed = err == nil
 		all, err := s.list()
 		if err != nil {
 			return err
@@ -253,6 +269,10 @@ func (s Set) Status(ctx context.Context, pool *pgxpool.Pool) (Report, error) {
 	})
 	return rep, err
 }
+
+// sqlVersionTableExists looks a set's version table up where golang-migrate keeps it:
+// the connection's current schema.
+const sqlVersionTableExists = `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_tables WHERE schemaname = current_schema() AND tablename = $1)`
 
 // run opens golang-migrate on pool and calls fn. With refuseDirty it first refuses a
 // dirty schema (Up and Down); Status reports it instead.
@@ -274,7 +294,12 @@ func (s Set) run(ctx context.Context, pool *pgxpool.Pool, what string, refuseDir
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
-	m, err := migrate.NewWithInstance("iofs", src, "pgx5", stepDriver{drv})
+	start, _, err := drv.Version()
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	sd := &stepDriver{Driver: drv, clean: start, target: start}
+	m, err := migrate.NewWithInstance("iofs", src, "pgx5", sd)
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
@@ -286,10 +311,28 @@ func (s Set) run(ctx context.Context, pool *pgxpool.Pool, what string, refuseDir
 	if errors.Is(err, migrate.ErrNoChange) {
 		return nil
 	}
-	if err != nil {
-		return fmt.Errorf("%s: %w", what, err)
+	if err == nil {
+		return nil
 	}
-	return nil
+	if f := sd.failed; f != nil {
+		f.Set = s.Name
+		if all, lerr := s.list(); lerr == nil {
+			for _, mg := range all {
+				if mg.Version == f.Version {
+					f.Name = fmt.Sprintf("%06d_%s", mg.Version, mg.Name)
+				}
+			}
+		}
+		if f.RolledBack {
+			// golang-migrate marked the version dirty before running the file; the file
+			// left nothing behind, so the set goes back to the version it had.
+			if ferr := m.Force(sd.clean); ferr != nil {
+				return fmt.Errorf("%s: %w (and clearing the dirty mark failed: %v)", what, f, ferr)
+			}
+		}
+		return fmt.Errorf("%s: %w", what, f)
+	}
+	return fmt.Errorf("%s: %w", what, err)
 }
 
 func (s Set) list() ([]Migration, error) {

@@ -2,11 +2,13 @@ package migrations
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
 
 	"github.com/golang-migrate/migrate/v4/database"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // splitStatements cuts a migration file into its SQL statements, at the semicolons
@@ -147,12 +149,36 @@ func isIdentChar(c byte) bool {
 // commands into a prepared statement"); sent one statement at a time it is not. The
 // transaction keeps what the single query gave on PostgreSQL: a file applies whole or
 // not at all.
+//
+// It also follows the versions golang-migrate records, so that a file that failed and
+// was rolled back can be named (StatementError) and the dirty mark golang-migrate set
+// before running it can be taken back: the schema is exactly as it was before the file.
 type stepDriver struct {
 	database.Driver
+	// clean is the last version recorded clean: the set's version before the file
+	// being run (database.NilVersion when none).
+	clean int
+	// target is the version recorded dirty before the file being run.
+	target int
+	// failed is the last file that failed, nil when none did.
+	failed *StatementError
+}
+
+// SetVersion implements database.Driver.
+func (d *stepDriver) SetVersion(version int, dirty bool) error {
+	if err := d.Driver.SetVersion(version, dirty); err != nil {
+		return err
+	}
+	if dirty {
+		d.target = version
+	} else {
+		d.clean = version
+	}
+	return nil
 }
 
 // Run implements database.Driver.
-func (d stepDriver) Run(migration io.Reader) error {
+func (d *stepDriver) Run(migration io.Reader) error {
 	b, err := io.ReadAll(migration)
 	if err != nil {
 		return fmt.Errorf("read migration: %w", err)
@@ -161,18 +187,111 @@ func (d stepDriver) Run(migration io.Reader) error {
 	if len(stmts) == 0 {
 		return nil
 	}
+	// The file run is the up file of target when going up, the down file of the
+	// clean version when going down.
+	fail := &StatementError{Version: uint(max(d.target, d.clean)), Down: d.target < d.clean}
 	if err := d.Driver.Run(strings.NewReader("BEGIN")); err != nil {
-		return err
+		fail.Err, fail.RolledBack = err, true
+		d.failed = fail
+		return fail
 	}
-	for _, s := range stmts {
+	for i, s := range stmts {
 		if err := d.Driver.Run(bytes.NewReader([]byte(s))); err != nil {
+			// Nothing of the file is committed: the server rolls the transaction back on
+			// ROLLBACK, or when the connection ends if ROLLBACK cannot be sent.
 			_ = d.Driver.Run(strings.NewReader("ROLLBACK"))
-			return err
+			fail.Index, fail.Statement, fail.Err, fail.RolledBack = i+1, s, cause(err), true
+			d.failed = fail
+			return fail
 		}
 	}
 	if err := d.Driver.Run(strings.NewReader("COMMIT")); err != nil {
 		_ = d.Driver.Run(strings.NewReader("ROLLBACK"))
-		return err
+		// The server refusing COMMIT rolled back; a COMMIT lost with its connection may
+		// have committed, so the dirty mark stays for a person to check.
+		var pgErr *pgconn.PgError
+		fail.Statement, fail.Err, fail.RolledBack = "COMMIT", cause(err), errors.As(err, &pgErr)
+		d.failed = fail
+		return fail
 	}
 	return nil
+}
+
+// cause unwraps the driver's error to the database's own.
+func cause(err error) error {
+	var de database.Error
+	if errors.As(err, &de) && de.OrigErr != nil {
+		return de.OrigErr
+	}
+	return err
+}
+
+// StatementError is a migration file that failed: which file, which statement, and
+// whether the file was rolled back whole (then the set's version is as before the
+// file, and not dirty).
+type StatementError struct {
+	// Set names the migration set.
+	Set string
+	// Version is the file's version; Name its name.
+	Version uint
+	Name    string
+	// Down is true for a down file.
+	Down bool
+	// Index is the failed statement's position in the file, from 1 (0: the
+	// transaction could not start); Statement is its text.
+	Index     int
+	Statement string
+	// RolledBack reports that nothing of the file is applied.
+	RolledBack bool
+	// Err is the database's error.
+	Err error
+}
+
+func (e *StatementError) Error() string {
+	dir := "up"
+	if e.Down {
+		dir = "down"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "set %s, version %d", e.Set, e.Version)
+	if e.Name != "" {
+		fmt.Fprintf(&b, " (%s.%s.sql)", e.Name, dir)
+	}
+	switch {
+	case e.Statement == "COMMIT":
+		b.WriteString(", at COMMIT")
+	case e.Index > 0:
+		fmt.Fprintf(&b, ", statement %d: %q", e.Index, abbreviate(e.Statement, 120))
+	}
+	fmt.Fprintf(&b, ": %v", e.Err)
+	if e.RolledBack {
+		b.WriteString("; rolled back, nothing of this migration is applied")
+	} else {
+		b.WriteString("; the migration may have committed: the set is marked dirty")
+	}
+	return b.String()
+}
+
+func (e *StatementError) Unwrap() error { return e.Err }
+
+// abbreviate drops the comments that lead statement s, folds whitespace and cuts s to
+// about n bytes.
+func abbreviate(s string, n int) string {
+	for {
+		s = strings.TrimSpace(s)
+		switch {
+		case strings.HasPrefix(s, "--"):
+			s = s[skipLineComment(s, 0):]
+			continue
+		case strings.HasPrefix(s, "/*"):
+			s = s[skipBlockComment(s, 0):]
+			continue
+		}
+		break
+	}
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
 }

@@ -1,4 +1,5 @@
-// Command fenceq administers fenceq, runs its worker and its demo. See `fenceq --help`.
+// Command fenceq administers fenceq, runs its worker for the built-in jobs and its demo:
+// package cli's command tree with the built-in jobs (internal/stockcli). See `fenceq --help`.
 package main
 
 import (
@@ -10,7 +11,7 @@ import (
 	// worker built from it computes the same slots, whatever its machine has installed.
 	_ "time/tzdata"
 
-	"github.com/fenceq/fenceq/cli"
+	"github.com/fenceq/fenceq/internal/stockcli"
 )
 
 func main() {
@@ -20,7 +21,7 @@ func main() {
 		<-ctx.Done()
 		stop()
 	}()
-	code := cli.Run(ctx, os.Args, os.Stdout, os.Stderr)
+	code := stockcli.Run(ctx, os.Args, os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }

@@ -111,7 +111,7 @@ func TestLongTransaction(t *testing.T) {
 
 	// `fenceq health` raises the alert.
 	var stdout, stderr bytes.Buffer
-	code := cli.Run(ctx, []string{"fenceq", "health", "--database-url", env.URL, "--max-xact-age", "1s", "--json"}, &stdout, &stderr)
+	code := cli.Run(ctx, cli.New(cli.Options{Stdout: &stdout, Stderr: &stderr}), []string{"fenceq", "health", "--database-url", env.URL, "--max-xact-age", "1s", "--json"})
 	if code != cli.ExitError {
 		t.Fatalf("fenceq health exited %d; want %d (alert)\n%s%s", code, cli.ExitError, stdout.String(), stderr.String())
 	}

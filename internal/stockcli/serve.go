@@ -1,4 +1,4 @@
-package cli
+package stockcli
 
 import (
 	"fmt"
@@ -8,6 +8,7 @@ import (
 
 	ucli "github.com/urfave/cli/v2"
 
+	"github.com/fenceq/fenceq/cli"
 	"github.com/fenceq/fenceq/internal/httpserver"
 )
 
@@ -37,9 +38,9 @@ func serve(c *ucli.Context) error {
 		return err
 	}
 	if c.Int("max-conns") < 1 {
-		return usageError{fmt.Errorf("invalid --max-conns %d: must be at least 1", c.Int("max-conns"))}
+		return usageError{Err: fmt.Errorf("invalid --max-conns %d: must be at least 1", c.Int("max-conns"))}
 	}
-	pool, err := openMigrated(c, int32(c.Int("max-conns")))
+	pool, err := openOrders(c, int32(c.Int("max-conns")))
 	if err != nil {
 		return err
 	}
@@ -48,14 +49,14 @@ func serve(c *ucli.Context) error {
 	if err != nil {
 		return err
 	}
-	svc, err := newOrderService(c, pool, log, m)
+	svc, err := newOrderService(c, pool, log, m.Orders)
 	if err != nil {
 		return err
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/", svc.Handler()) // the orders API, and its JSON 404 for unknown paths
 	mux.Handle("GET /metrics", m.handler())
-	mux.Handle("GET /healthz", healthzHandler(pool))
+	mux.Handle("GET /healthz", cli.HealthzHandler(pool))
 	srv, err := httpserver.Start(c.String("addr"), mux, log, "orders API")
 	if err != nil {
 		return err

@@ -1,4 +1,4 @@
-package cli
+package stockcli
 
 import (
 	"errors"
@@ -166,26 +166,26 @@ func benchUsage(cfg bench.Config) error {
 		known = known || w == cfg.Workload
 	}
 	if !known {
-		return usageError{fmt.Errorf("unknown workload %q: use one of %s", cfg.Workload, strings.Join(bench.Workloads, ", "))}
+		return usageError{Err: fmt.Errorf("unknown workload %q: use one of %s", cfg.Workload, strings.Join(bench.Workloads, ", "))}
 	}
 	if cfg.Vs != "" && cfg.Vs != bench.SystemRiver {
-		return usageError{fmt.Errorf("--vs %q: the only peer is %s", cfg.Vs, bench.SystemRiver)}
+		return usageError{Err: fmt.Errorf("--vs %q: the only peer is %s", cfg.Vs, bench.SystemRiver)}
 	}
 	for name, n := range map[string]int{"--jobs": cfg.Jobs, "--rate": cfg.Rate, "--workers": cfg.Workers,
 		"--conns": cfg.Conns, "--retained": cfg.Retained, "--ceiling-claimers": cfg.CeilingClaimers,
 		"--claim-batch": cfg.ClaimBatch, "--queues": cfg.Queues, "--args-bytes": cfg.ArgsBytes} {
 		if n < 0 {
-			return usageError{fmt.Errorf("%s: %d must not be negative", name, n)}
+			return usageError{Err: fmt.Errorf("%s: %d must not be negative", name, n)}
 		}
 	}
 	if cfg.JobSleep < 0 {
-		return usageError{fmt.Errorf("--job-sleep: %s must not be negative", cfg.JobSleep)}
+		return usageError{Err: fmt.Errorf("--job-sleep: %s must not be negative", cfg.JobSleep)}
 	}
 	if cfg.CommitWrites && cfg.Workload != bench.WorkloadFenced {
-		return usageError{fmt.Errorf("--commit-writes: only the %s workload commits in its handlers, not %s", bench.WorkloadFenced, cfg.Workload)}
+		return usageError{Err: fmt.Errorf("--commit-writes: only the %s workload commits in its handlers, not %s", bench.WorkloadFenced, cfg.Workload)}
 	}
 	if cfg.Runs < 1 {
-		return usageError{fmt.Errorf("--runs: %d must be at least 1", cfg.Runs)}
+		return usageError{Err: fmt.Errorf("--runs: %d must be at least 1", cfg.Runs)}
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package cli
+package stockcli
 
 import (
 	"errors"
@@ -45,12 +45,12 @@ func builtinFlags() []ucli.Flag {
 func parseRange(flag, s string) (lo, hi time.Duration, err error) {
 	a, b, found := strings.Cut(s, "-")
 	if lo, err = time.ParseDuration(strings.TrimSpace(a)); err != nil {
-		return 0, 0, usageError{fmt.Errorf("invalid --%s %q: want MIN-MAX durations such as 20ms-200ms", flag, s)}
+		return 0, 0, usageError{Err: fmt.Errorf("invalid --%s %q: want MIN-MAX durations such as 20ms-200ms", flag, s)}
 	}
 	hi = lo
 	if found {
 		if hi, err = time.ParseDuration(strings.TrimSpace(b)); err != nil || hi < lo {
-			return 0, 0, usageError{fmt.Errorf("invalid --%s %q: want MIN-MAX durations with MIN ≤ MAX", flag, s)}
+			return 0, 0, usageError{Err: fmt.Errorf("invalid --%s %q: want MIN-MAX durations with MIN ≤ MAX", flag, s)}
 		}
 	}
 	return lo, hi, nil
@@ -68,7 +68,7 @@ func newTax(c *ucli.Context) (*invoice.SimulatedTax, error) {
 	}
 	tax, err := invoice.NewSimulatedTax(cfg)
 	if err != nil {
-		return nil, usageError{fmt.Errorf("simulated tax service: %w", err)}
+		return nil, usageError{Err: fmt.Errorf("simulated tax service: %w", err)}
 	}
 	return tax, nil
 }
@@ -85,17 +85,17 @@ func newMailer(c *ucli.Context) (email.Mailer, string, func() error, error) {
 	m, desc, closeFn, err := email.ParseMailer(spec)
 	var se *email.SpecError
 	if errors.As(err, &se) {
-		return nil, "", nil, usageError{fmt.Errorf("invalid --mailer %q: %s", se.Spec, se.Reason)}
+		return nil, "", nil, usageError{Err: fmt.Errorf("invalid --mailer %q: %s", se.Spec, se.Reason)}
 	}
 	return m, desc, closeFn, err
 }
 
 // newOrderService builds the order service from the command's flags.
-func newOrderService(c *ucli.Context, pool *pgxpool.Pool, log *slog.Logger, m *cliMetrics) (*order.Service, error) {
+func newOrderService(c *ucli.Context, pool *pgxpool.Pool, log *slog.Logger, m order.Metrics) (*order.Service, error) {
 	svc, err := order.NewService(order.Config{Pool: pool, KeyTTL: c.Duration("order-key-ttl"),
-		Metrics: m.Orders, Logger: log})
+		Metrics: m, Logger: log})
 	if err != nil {
-		return nil, usageError{fmt.Errorf("order service: %w", err)}
+		return nil, usageError{Err: fmt.Errorf("order service: %w", err)}
 	}
 	return svc, nil
 }

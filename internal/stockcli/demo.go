@@ -1,4 +1,4 @@
-package cli
+package stockcli
 
 import (
 	"time"
@@ -53,7 +53,7 @@ func demoAction(c *ucli.Context) error {
 		Keep: c.Bool("keep"), Verbose: c.Bool("verbose"), Timeout: c.Duration("timeout"), Stderr: stderr(c),
 	}
 	if err := cfg.Validate(); err != nil {
-		return usageError{err}
+		return usageError{Err: err}
 	}
 	rep, err := demo.Run(c.Context, cfg)
 	if err != nil {
@@ -63,7 +63,7 @@ func demoAction(c *ucli.Context) error {
 		return err
 	}
 	if msg := rep.Failure(); msg != "" {
-		return silentError{msg}
+		return silentError{Msg: msg}
 	}
 	return nil
 }

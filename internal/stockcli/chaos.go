@@ -1,4 +1,4 @@
-package cli
+package stockcli
 
 import (
 	"errors"
@@ -74,7 +74,7 @@ func chaosCommand() *ucli.Command {
 			Action: func(c *ucli.Context) error {
 				cfg, err := chaos.ParseNaiveFlags(c.Args().Slice())
 				if err != nil {
-					return usageError{err}
+					return usageError{Err: err}
 				}
 				return chaos.RunNaiveWorker(c.Context, cfg)
 			},
@@ -92,36 +92,36 @@ func faultNames() string {
 
 func chaosAction(c *ucli.Context) error {
 	if c.Args().Len() > 0 {
-		return usageError{fmt.Errorf("unknown argument %q (see `fenceq chaos --help`)", c.Args().First())}
+		return usageError{Err: fmt.Errorf("unknown argument %q (see `fenceq chaos --help`)", c.Args().First())}
 	}
 	faults, err := chaos.ParseFaults(c.String("faults"))
 	if err != nil {
-		return usageError{fmt.Errorf("--faults: %w", err)}
+		return usageError{Err: fmt.Errorf("--faults: %w", err)}
 	}
 	for _, f := range []string{"duration", "lease", "settle", "wave-every"} {
 		if c.Duration(f) <= 0 {
-			return usageError{fmt.Errorf("invalid --%s %s: must be positive", f, c.Duration(f))}
+			return usageError{Err: fmt.Errorf("invalid --%s %s: must be positive", f, c.Duration(f))}
 		}
 	}
 	if c.Int("workers") < 1 || c.Int("workers") > 64 {
-		return usageError{fmt.Errorf("invalid --workers %d: must be 1–64", c.Int("workers"))}
+		return usageError{Err: fmt.Errorf("invalid --workers %d: must be 1–64", c.Int("workers"))}
 	}
 	hosts := c.Int("hosts")
 	switch {
 	case hosts < 0 || hosts > 64:
-		return usageError{fmt.Errorf("invalid --hosts %d: must be 1–64", hosts)}
+		return usageError{Err: fmt.Errorf("invalid --hosts %d: must be 1–64", hosts)}
 	case hosts > 0 && c.Bool("failover"):
-		return usageError{errors.New("--hosts and --failover cannot be combined")}
+		return usageError{Err: errors.New("--hosts and --failover cannot be combined")}
 	case hosts > 0 && c.IsSet("workers") && c.Int("workers") != hosts:
-		return usageError{fmt.Errorf("--workers %d differs from --hosts %d: one worker runs per host", c.Int("workers"), hosts)}
+		return usageError{Err: fmt.Errorf("--workers %d differs from --hosts %d: one worker runs per host", c.Int("workers"), hosts)}
 	case c.Bool("async") && !c.Bool("failover"):
-		return usageError{errors.New("--async needs --failover")}
+		return usageError{Err: errors.New("--async needs --failover")}
 	case c.Duration("replica-lag") < 0 || (c.Duration("replica-lag") > 0 && !c.Bool("async")):
-		return usageError{errors.New("--replica-lag needs --async (a synchronous standby that lags stalls every commit)")}
+		return usageError{Err: errors.New("--replica-lag needs --async (a synchronous standby that lags stalls every commit)")}
 	}
 	if hosts > 0 {
 		if err := netns.Available(); err != nil {
-			return usageError{fmt.Errorf("--hosts: %w", err)}
+			return usageError{Err: fmt.Errorf("--hosts: %w", err)}
 		}
 	}
 	log, err := newLogger(c)
@@ -184,7 +184,7 @@ func chaosAction(c *ucli.Context) error {
 		return err
 	}
 	if !rep.Pass && rep.Asserted {
-		return silentError{"chaos: " + strings.Join(rep.Failures, "; ")}
+		return silentError{Msg: "chaos: " + strings.Join(rep.Failures, "; ")}
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package cli_test
+package stockcli_test
 
 import (
 	"context"
@@ -10,10 +10,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/fenceq/fenceq/cli"
 	"github.com/fenceq/fenceq/fenceqtest"
 	"github.com/fenceq/fenceq/internal/demo"
 	"github.com/fenceq/fenceq/internal/pgcluster"
+	"github.com/fenceq/fenceq/internal/stockcli"
 	"github.com/fenceq/fenceq/internal/syncbuf"
 )
 
@@ -26,7 +26,7 @@ func TestDemo(t *testing.T) {
 	defer cancel()
 	const customers, keys = 20, 6
 	var out, errb syncbuf.Buffer
-	code := cli.Run(ctx, []string{"fenceq", "demo", "--database-url", fenceqtest.RequireServerURL(t), "--customers", "20",
+	code := stockcli.Run(ctx, []string{"fenceq", "demo", "--database-url", fenceqtest.RequireServerURL(t), "--customers", "20",
 		"--workers", "4", "--order-keys", "6", "--json"}, &out, &errb)
 	if code != 0 {
 		t.Fatalf("demo: exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errb.String())
@@ -93,7 +93,7 @@ func TestDemoThrowawayCluster(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var out, errb syncbuf.Buffer
-	code := cli.Run(ctx, []string{"fenceq", "demo", "--local-database-url", "postgres://postgres@127.0.0.1:1/none",
+	code := stockcli.Run(ctx, []string{"fenceq", "demo", "--local-database-url", "postgres://postgres@127.0.0.1:1/none",
 		"--customers", "8", "--workers", "3", "--order-keys", "2", "--json"}, &out, &errb)
 	if code != 0 {
 		t.Fatalf("demo: exit %d\nstderr:\n%s", code, errb.String())

@@ -1,6 +1,8 @@
-package cli
+package stockcli
 
 import (
+	"github.com/fenceq/fenceq/cli"
+
 	"bytes"
 	"context"
 	"encoding/json"
@@ -27,7 +29,7 @@ func runBench(t *testing.T, args ...string) (string, string, int) {
 func TestBenchDrainJSON(t *testing.T) {
 	out, errOut, code := runBench(t, "drain", "--jobs", "300", "--workers", "20", "--conns", "3",
 		"--runs", "1", "--vs", "river", "--json", "--database-url", fenceqtest.RequireServerURL(t))
-	if code != ExitOK {
+	if code != cli.ExitOK {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
 	var rep bench.Report
@@ -51,7 +53,7 @@ func TestBenchDrainJSON(t *testing.T) {
 func TestBenchTextTable(t *testing.T) {
 	out, errOut, code := runBench(t, "fenced", "--jobs", "100", "--workers", "10", "--conns", "2",
 		"--runs", "1", "--quiet", "--database-url", fenceqtest.RequireServerURL(t))
-	if code != ExitOK {
+	if code != cli.ExitOK {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
 	for _, want := range []string{"workload fenced", "fenceq: fenceq worker", "jobs_per_sec", "wal_bytes_per_job", "max/min"} {
@@ -80,8 +82,8 @@ func TestBenchUsageErrors(t *testing.T) {
 		{[]string{"drain", "--commit-writes"}, "--commit-writes"},
 	} {
 		_, errOut, code := runBench(t, tc.args...)
-		if code != ExitUsage || !strings.Contains(errOut, tc.want) {
-			t.Errorf("bench %v: exit %d, stderr %q; want exit %d naming %s", tc.args, code, errOut, ExitUsage, tc.want)
+		if code != cli.ExitUsage || !strings.Contains(errOut, tc.want) {
+			t.Errorf("bench %v: exit %d, stderr %q; want exit %d naming %s", tc.args, code, errOut, cli.ExitUsage, tc.want)
 		}
 	}
 }

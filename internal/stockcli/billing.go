@@ -1,4 +1,4 @@
-package cli
+package stockcli
 
 import (
 	"fmt"
@@ -42,7 +42,7 @@ func period(c *ucli.Context) (string, error) {
 		p = invoice.PreviousPeriod(time.Now())
 	}
 	if err := invoice.ValidatePeriod(p); err != nil {
-		return "", usageError{fmt.Errorf("--period: %w", err)}
+		return "", usageError{Err: fmt.Errorf("--period: %w", err)}
 	}
 	return p, nil
 }
@@ -87,7 +87,7 @@ func billingSeed(c *ucli.Context) error {
 	}
 	n := c.Int("customers")
 	if n < 1 || n > 1_000_000 {
-		return usageError{fmt.Errorf("invalid --customers %d: want 1 to 1000000", n)}
+		return usageError{Err: fmt.Errorf("invalid --customers %d: want 1 to 1000000", n)}
 	}
 	pool, err := openSchema(c, 4, builtin.Migrations()...)
 	if err != nil {

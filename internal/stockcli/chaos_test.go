@@ -1,6 +1,8 @@
-package cli
+package stockcli
 
 import (
+	"github.com/fenceq/fenceq/cli"
+
 	"bytes"
 	"context"
 	"strings"
@@ -35,9 +37,9 @@ func TestChaosCommandRejectsBadFlags(t *testing.T) {
 	}
 	for _, c := range cases {
 		code, _, stderr := runChaosCLI(t, c.args...)
-		if code != ExitUsage || !strings.Contains(stderr, c.want) {
+		if code != cli.ExitUsage || !strings.Contains(stderr, c.want) {
 			t.Errorf("fenceq chaos %s: exit %d, stderr %q; want exit %d mentioning %q",
-				strings.Join(c.args, " "), code, stderr, ExitUsage, c.want)
+				strings.Join(c.args, " "), code, stderr, cli.ExitUsage, c.want)
 		}
 	}
 }

@@ -1,0 +1,4 @@
+CREATE TABLE greetings (
+    job_id bigint PRIMARY KEY,
+    name   text NOT NULL
+);
