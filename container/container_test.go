@@ -54,9 +54,11 @@ const (
 // released rather than waited for), metrics and /healthz on a port of its choosing.
 func workerArgs(id string) []string {
 	return []string{"worker", "--id", id, "--queues", queue.DefaultQueue, "--no-periodic",
-		"--poll", "200ms", "--shutdown-timeout", "1s", "--mailer", "file:-",
-		"--metrics-addr", "127.0.0.1:0"}
+		"--poll", "200ms", "--shutdown-timeout", "1s", "--metrics-addr", "127.0.0.1:0"}
 }
+
+// workerEnv is the worker's environment beyond DATABASE_URL: emails to stdout.
+var workerEnv = []string{"FENCEQ_MAILER=file:-"}
 
 // runFlags are podman's flags for every container of the test: the host's network, so
 // that the worker reaches the test database and the test reaches the worker's port on
@@ -82,7 +84,7 @@ func requirePodman(t *testing.T) {
 	if problem == "" {
 		return
 	}
-	msg := fmt.Sprintf("%s: the container test needs the Debian packages %s (apt-get install -y %s) and root",
+	msg := fmt.Sprintf("%s: the container test needs the Debian packages %s (apt-get install -y %s; run as root)",
 		problem, debianPackages, debianPackages)
 	if os.Getenv("FENCEQ_CI") != "" {
 		t.Fatal(msg)
@@ -110,6 +112,10 @@ func TestContainer(t *testing.T) {
 		c := runWorker(t, image, db.URL, id)
 		if got := get(t, "http://"+c.metricsAddr(t)+"/healthz"); got != "ok\n" {
 			t.Errorf("/healthz = %q, want ok", got)
+		}
+		// FENCEQ_MAILER reached the worker: emails go to stdout, not the default file.
+		if logs := c.stderr.String(); !strings.Contains(logs, `msg="emails are written as JSON lines to -"`) {
+			t.Errorf("the worker did not read FENCEQ_MAILER=file:-:\n%s", logs)
 		}
 		var j *queue.JobRow
 		fenceqtest.WaitFor(t, "the job to complete", 30*time.Second, func() bool {
@@ -330,6 +336,9 @@ func runWorker(t *testing.T, image, databaseURL, id string) *worker {
 	t.Helper()
 	w := &worker{name: "fenceq-test-" + randomHex(6), stderr: &syncbuf.Buffer{}, done: make(chan int, 1)}
 	args := append([]string{"--runtime", "runc", "run", "--rm", "--name", w.name, "--env", "DATABASE_URL"}, runFlags...)
+	for _, kv := range workerEnv {
+		args = append(args, "--env", kv)
+	}
 	cmd := exec.Command("podman", append(append(args, image), workerArgs(id)...)...)
 	cmd.Env = append(os.Environ(), "DATABASE_URL="+databaseURL)
 	cmd.Stdout = w.stderr
