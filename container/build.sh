@@ -35,4 +35,10 @@ mkdir -p "$ctx/dirs/tmp"
 chmod 1777 "$ctx/dirs/tmp"
 chmod 0644 "$ctx/ca-certificates.crt" "$ctx/passwd" "$ctx/group"
 
-"$engine" build --file Containerfile --tag "$image" "$ctx"
+# podman keeps an image per instruction for its layer cache unless told not to; every
+# step here is a cheap COPY, and the kept images would pile up with each new binary.
+set --
+case $(basename "$engine") in
+podman | buildah) set -- --layers=false ;;
+esac
+"$engine" build "$@" --file Containerfile --tag "$image" "$ctx"

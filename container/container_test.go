@@ -93,6 +93,9 @@ func requirePodman(t *testing.T) {
 }
 
 func TestContainer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the image (a go build without cache: minutes): not with -short")
+	}
 	requirePodman(t)
 	image := buildImage(t)
 
