@@ -31,7 +31,20 @@
 //	defer w.Stop(shutdownCtx)
 //	fenceq.Enqueue(ctx, pool, InvoiceArgs{CustomerID: 7, Period: "2026-10"}, nil)
 //
-// Package queue (github.com/fenceq/fenceq/queue) documents the lease state machine and
-// the SQL behind each transition; packages outbox and idempotency hold the outbox and the
-// idempotency keys.
+// # Packages
+//
+// Package queue (github.com/fenceq/fenceq/queue) is the data model every fenceq package
+// shares: job rows, states and the state machine, leases, schedules, limits and the
+// sentinel errors (queue.ErrLeaseLost, queue.ErrNotFound, queue.ErrInvalid). Packages
+// outbox and idempotency hold the outbox and the idempotency keys, fenceqtest the test
+// helpers, fenceqprom, fenceqotel and fenceqweb the metrics, traces and dashboard.
+//
+// # Operating
+//
+// The functions an operator's tools call are in this package too, each taking a
+// queue.DBTX (a pool, or a pgx.Tx to act inside your transaction): GetJob, ListJobs,
+// RetryJob, CancelJob, RequeueJob, DeleteJob and their bulk forms by filter (RetryJobs,
+// ...), ListQueues, PauseQueue, ResumeQueue, AddQueue, RemoveQueue, ListWorkers, the
+// periodic schedule calls and the counts (CountJobs, JobThroughput, CountLeaseEvents).
+// The fenceq CLI and the dashboard are built on them.
 package fenceq

@@ -121,13 +121,16 @@ func (s *Schedule) Zone() string { return s.zone }
 // within five years.
 func (s *Schedule) Next(t time.Time) time.Time {
 	if s.every > 0 {
-		d := int64(s.every)
-		n := t.UnixNano()
+		// In whole seconds (the interval is one), which neither overflows for instants
+		// after 2262 nor for intervals longer than half of time.Duration's range, as
+		// nanoseconds would.
+		d := int64(s.every / time.Second)
+		n := t.Unix() // the floor: t is at or after this second
 		k := n / d
 		if n < 0 && n%d != 0 {
 			k-- // floor for instants before the epoch
 		}
-		return time.Unix(0, (k+1)*d).UTC()
+		return time.Unix((k+1)*d, 0).UTC()
 	}
 	wall := wallClock(t, s.loc)
 	for range maxWallSteps {

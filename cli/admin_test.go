@@ -130,7 +130,7 @@ func TestOutboxListRetry(t *testing.T) {
 	}
 	oneErrorLine(t, b.run(t, "outbox", "retry", "999999"), "outbox row 999999 not found")
 	oneErrorLine(t, b.run(t, "outbox", "list", "--state", "lost"), `invalid --state "lost"`)
-	oneErrorLine(t, b.run(t, "outbox", "list", "--limit", "0"), "invalid --limit 0: want at least 1")
+	oneErrorLine(t, b.run(t, "outbox", "list", "--limit", "0"), "invalid --limit 0: want 1–100000")
 	if out := b.ok(t, "outbox", "list"); !strings.Contains(out, "DEDUPE_KEY") || !strings.Contains(out, "order-email:9") {
 		t.Errorf("outbox table:\n%s", out)
 	}

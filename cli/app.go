@@ -169,11 +169,15 @@ func setUsageErrors(c *ucli.Command) {
 	}
 }
 
-// listLimit reads a list command's --limit: at least 1, the most rows it shows.
+// maxListLimit bounds a list command's --limit: a page the terminal can hold, and far
+// from the integer overflow of the limit plus one the engine asks for.
+const maxListLimit = 100000
+
+// listLimit reads a list command's --limit: 1–maxListLimit, the most rows it shows.
 func listLimit(c *ucli.Context) (int, error) {
 	n := c.Int("limit")
-	if n < 1 {
-		return 0, usageError{fmt.Errorf("invalid --limit %d: want at least 1", n)}
+	if n < 1 || n > maxListLimit {
+		return 0, usageError{fmt.Errorf("invalid --limit %d: want 1–%d", n, maxListLimit)}
 	}
 	return n, nil
 }

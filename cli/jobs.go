@@ -103,6 +103,18 @@ func jobsList(c *ucli.Context) error {
 			return usageError{err}
 		}
 	}
+	// A queue or kind no job can have is a mistake in the command line, not a filter
+	// that matches nothing (and text PostgreSQL cannot hold would fail the query).
+	if q := c.String("queue"); q != "" {
+		if err := queue.ValidateName("--queue", q, queue.MaxQueueLen); err != nil {
+			return usageError{err}
+		}
+	}
+	if k := c.String("kind"); k != "" {
+		if err := queue.ValidateName("--kind", k, queue.MaxKindLen); err != nil {
+			return usageError{err}
+		}
+	}
 	if err := positiveDurations(c, "live-within"); err != nil {
 		return err
 	}

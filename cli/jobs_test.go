@@ -116,9 +116,9 @@ func TestJobsListShowRetryCancel(t *testing.T) {
 	}
 	oneErrorLine(t, b.run(t, "jobs", "list", "--state", "done"), `invalid --state "done"`)
 	oneErrorLine(t, b.run(t, "enqueue", "noop", "--in", "-5m"), "invalid --in -5m0s: must not be negative")
-	for _, n := range []string{"0", "-1"} {
+	for _, n := range []string{"0", "-1", "100001", "9223372036854775807"} {
 		r := b.run(t, "jobs", "list", "--limit", n)
-		oneErrorLine(t, r, "invalid --limit "+n+": want at least 1")
+		oneErrorLine(t, r, "invalid --limit "+n+": want 1–100000")
 		if r.code != 2 {
 			t.Errorf("jobs list --limit %s: exit %d, want 2 (bad command line)", n, r.code)
 		}

@@ -27,10 +27,14 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
+	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
@@ -377,13 +381,76 @@ func DeleteExpired(ctx context.Context, db queue.DBTX, limit int) (int64, error)
 // HashRequest returns the SHA-256 of v's JSON encoding: a canonical request hash when v
 // is the strictly decoded request (struct fields encode in a fixed order and map keys
 // sorted, so whitespace and key order of the client's body do not matter).
+//
+// A string of v that is not valid UTF-8 is an error (a *queue.ValidationError naming
+// "request"): JSON encodes every invalid byte as U+FFFD, so two different requests
+// would have one hash.
 func HashRequest(v any) ([]byte, error) {
+	if path, ok := invalidUTF8(reflect.ValueOf(v), "request", 0); ok {
+		return nil, invalid("request", "%s is not valid UTF-8: its JSON encoding, and so its hash, would lose bytes", path)
+	}
 	raw, err := json.Marshal(v)
 	if err != nil {
 		return nil, fmt.Errorf("hash request: %w", err)
 	}
 	sum := sha256.Sum256(raw)
 	return sum[:], nil
+}
+
+var (
+	jsonMarshaler = reflect.TypeFor[json.Marshaler]()
+	textMarshaler = reflect.TypeFor[encoding.TextMarshaler]()
+)
+
+// invalidUTF8 finds a string in v, as json.Marshal walks it, that is not valid UTF-8,
+// and returns where it is. Values that encode themselves (json.Marshaler,
+// encoding.TextMarshaler) are left to their encoding; depth bounds a cyclic value,
+// which json.Marshal refuses anyway.
+func invalidUTF8(v reflect.Value, path string, depth int) (string, bool) {
+	if !v.IsValid() || depth > 100 {
+		return "", false
+	}
+	if t := v.Type(); t.Implements(jsonMarshaler) || t.Implements(textMarshaler) {
+		return "", false
+	}
+	switch v.Kind() {
+	case reflect.String:
+		return path, !utf8.ValidString(v.String())
+	case reflect.Pointer, reflect.Interface:
+		if v.IsNil() {
+			return "", false
+		}
+		return invalidUTF8(v.Elem(), path, depth+1)
+	case reflect.Slice, reflect.Array:
+		if v.Kind() == reflect.Slice && v.Type().Elem().Kind() == reflect.Uint8 {
+			return "", false // []byte encodes as base64
+		}
+		for i := range v.Len() {
+			if p, bad := invalidUTF8(v.Index(i), fmt.Sprintf("%s[%d]", path, i), depth+1); bad {
+				return p, true
+			}
+		}
+	case reflect.Map:
+		for it := v.MapRange(); it.Next(); {
+			k := it.Key()
+			if k.Kind() == reflect.String && !utf8.ValidString(k.String()) {
+				return path + " key " + strconv.QuoteToASCII(k.String()), true
+			}
+			if p, bad := invalidUTF8(it.Value(), path+"["+strconv.QuoteToASCII(fmt.Sprint(k))+"]", depth+1); bad {
+				return p, true
+			}
+		}
+	case reflect.Struct:
+		t := v.Type()
+		for i := range t.NumField() {
+			if f := t.Field(i); (f.IsExported() || f.Anonymous) && f.Tag.Get("json") != "-" {
+				if p, bad := invalidUTF8(v.Field(i), path+"."+f.Name, depth+1); bad {
+					return p, true
+				}
+			}
+		}
+	}
+	return "", false
 }
 
 // scanIdemOptional scans one row, returning nil (and no error) when there is none.

@@ -12,6 +12,7 @@
 package migrations
 
 import (
+	"cmp"
 	"context"
 	"embed"
 	"errors"
@@ -26,6 +27,8 @@ import (
 	"github.com/golang-migrate/migrate/v4/source/iofs"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/fenceq/fenceq/queue"
 )
 
 //go:embed *.sql
@@ -42,16 +45,120 @@ func Core() Set { return Set{Name: "fenceq", FS: files, Dir: ".", Table: Table} 
 var ErrDirty = errors.New("database schema is dirty: a migration failed half-way")
 
 // Set is a group of numbered migrations (NNNNNN_name.up.sql and .down.sql files in Dir
-// of FS) whose applied version is recorded in Table.
+// of FS) whose applied version is recorded in Table. Validate checks one; Up, Migrate,
+// Down, Status and UpAll refuse an invalid set before they touch the database.
 type Set struct {
-	// Name names the set in errors and reports, e.g. "invoice".
+	// Name names the set in errors and reports, e.g. "invoice": 1–64 ASCII letters,
+	// digits and "_ . : -", starting with a letter or digit.
 	Name string
 	// FS holds the files, typically an embed.FS.
 	FS fs.FS
 	// Dir is the directory of FS that holds them; "." for the root.
 	Dir string
-	// Table records the applied version; it must differ between sets in one schema.
+	// Table records the applied version; it must differ between sets in one schema. It
+	// is a plain PostgreSQL name: 1–63 lower-case ASCII letters, digits and "_",
+	// starting with a letter or "_".
 	Table string
+}
+
+// MaxTableLen is the longest Set.Table: PostgreSQL cuts longer names to this many bytes,
+// so two longer names could name one table.
+const MaxTableLen = 63
+
+// fileRe is the form golang-migrate reads a migration file's name in.
+var fileRe = regexp.MustCompile(`^([0-9]+)_(.*)\.(down|up)\.(.*)$`)
+
+// Validate checks the set without touching the database: its Name, its Table, and the
+// migration files in Dir of FS (at least one, each version once per direction, within
+// uint range). Errors are *queue.ValidationError naming the field ("Name", "Table",
+// "Dir" or "FS"); they match queue.ErrInvalid.
+func (s Set) Validate() error {
+	if err := queue.ValidateName("Name", s.Name, 64); err != nil {
+		return err
+	}
+	if err := validateTable(s.Table); err != nil {
+		return fmt.Errorf("migration set %s: %w", s.Name, err)
+	}
+	if s.FS == nil {
+		return fmt.Errorf("migration set %s: %w", s.Name, invalid("FS", "is nil; want the file system holding the migrations"))
+	}
+	if !fs.ValidPath(s.Dir) {
+		return fmt.Errorf("migration set %s: %w", s.Name,
+			invalid("Dir", "%q is not a path within FS (use \"/\"-separated names without \"..\"; \".\" for the root)",
+				queue.StorableText(s.Dir, 60)))
+	}
+	entries, err := fs.ReadDir(s.FS, s.Dir)
+	if err != nil {
+		return fmt.Errorf("migration set %s: %w", s.Name, invalid("Dir", "%q cannot be read: %v", queue.StorableText(s.Dir, 60), err))
+	}
+	seen := map[string]string{}
+	ups := 0
+	for _, e := range entries {
+		m := fileRe.FindStringSubmatch(e.Name())
+		if m == nil || e.IsDir() {
+			continue
+		}
+		v, err := strconv.ParseUint(m[1], 10, 0)
+		if err != nil {
+			return fmt.Errorf("migration set %s: %w", s.Name,
+				invalid("FS", "%s: version %s is out of range", queue.StorableText(e.Name(), 60), queue.StorableText(m[1], 30)))
+		}
+		key := strconv.FormatUint(v, 10) + "." + m[3]
+		if other, dup := seen[key]; dup {
+			return fmt.Errorf("migration set %s: %w", s.Name, invalid("FS", "%s and %s are both the %s migration of version %d",
+				queue.StorableText(other, 60), queue.StorableText(e.Name(), 60), m[3], v))
+		}
+		seen[key] = e.Name()
+		if m[3] == "up" {
+			ups++
+		}
+	}
+	if ups == 0 {
+		return fmt.Errorf("migration set %s: %w", s.Name,
+			invalid("Dir", "%q holds no migration (NNNNNN_name.up.sql)", queue.StorableText(s.Dir, 60)))
+	}
+	return nil
+}
+
+// validateTable checks a version table's name: a plain lower-case PostgreSQL name,
+// which golang-migrate's quoting leaves as it is.
+func validateTable(t string) error {
+	if t == "" {
+		return invalid("Table", "must not be empty (golang-migrate would use schema_migrations, which may be the application's)")
+	}
+	if len(t) > MaxTableLen {
+		return invalid("Table", "%q is %d bytes, longer than %d", queue.StorableText(t, 40), len(t), MaxTableLen)
+	}
+	for i := 0; i < len(t); i++ {
+		c := t[i]
+		if !(c == '_' || c >= 'a' && c <= 'z' || i > 0 && c >= '0' && c <= '9') {
+			return invalid("Table", "%q: byte %q at position %d is not allowed (use lower-case letters, digits and _, starting with a letter or _)",
+				queue.StorableText(t, 40), c, i)
+		}
+	}
+	return nil
+}
+
+func invalid(field, format string, args ...any) error {
+	return &queue.ValidationError{Field: field, Reason: fmt.Sprintf(format, args...)}
+}
+
+// validateAll checks each set and that no two share a name or a version table.
+func validateAll(sets []Set) error {
+	names, tables := map[string]bool{}, map[string]bool{}
+	for _, s := range sets {
+		if err := s.Validate(); err != nil {
+			return err
+		}
+		if names[s.Name] {
+			return invalid("Name", "two migration sets are named %s", s.Name)
+		}
+		if tables[s.Table] {
+			return fmt.Errorf("migration set %s: %w", s.Name, invalid("Table", "%s is the version table of another set too", s.Table))
+		}
+		names[s.Name], tables[s.Table] = true, true
+	}
+	return nil
 }
 
 // Migration is one numbered migration and whether it is applied.
@@ -150,6 +257,9 @@ func (s Set) Status(ctx context.Context, pool *pgxpool.Pool) (Report, error) {
 // run opens golang-migrate on pool and calls fn. With refuseDirty it first refuses a
 // dirty schema (Up and Down); Status reports it instead.
 func (s Set) run(ctx context.Context, pool *pgxpool.Pool, what string, refuseDirty bool, fn func(*migrate.Migrate) error) error {
+	if err := s.Validate(); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
 	what = what + " (" + s.Name + ")"
 	if err := pool.Ping(ctx); err != nil {
 		return fmt.Errorf("%s: %w", what, err)
@@ -182,8 +292,6 @@ func (s Set) run(ctx context.Context, pool *pgxpool.Pool, what string, refuseDir
 	return nil
 }
 
-var nameRe = regexp.MustCompile(`^(\d+)_(.+)\.up\.sql$`)
-
 func (s Set) list() ([]Migration, error) {
 	entries, err := fs.ReadDir(s.FS, s.Dir)
 	if err != nil {
@@ -191,8 +299,8 @@ func (s Set) list() ([]Migration, error) {
 	}
 	var out []Migration
 	for _, e := range entries {
-		m := nameRe.FindStringSubmatch(e.Name())
-		if m == nil {
+		m := fileRe.FindStringSubmatch(e.Name())
+		if m == nil || m[3] != "up" || e.IsDir() {
 			continue
 		}
 		v, err := strconv.ParseUint(m[1], 10, 64)
@@ -201,13 +309,17 @@ func (s Set) list() ([]Migration, error) {
 		}
 		out = append(out, Migration{Version: uint(v), Name: m[2]})
 	}
-	slices.SortFunc(out, func(a, b Migration) int { return int(a.Version) - int(b.Version) })
+	slices.SortFunc(out, func(a, b Migration) int { return cmp.Compare(a.Version, b.Version) })
 	return out, nil
 }
 
 // UpAll applies the pending migrations of each set, in order: the core first when a
-// caller lists it first, as the sets of business tables may refer to it.
+// caller lists it first, as the sets of business tables may refer to it. It checks every
+// set, and that no two share a name or a version table, before it applies any.
 func UpAll(ctx context.Context, pool *pgxpool.Pool, sets ...Set) error {
+	if err := validateAll(sets); err != nil {
+		return fmt.Errorf("migrate up: %w", err)
+	}
 	for _, s := range sets {
 		if err := s.Up(ctx, pool); err != nil {
 			return err

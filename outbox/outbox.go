@@ -106,6 +106,18 @@ type InsertResult struct {
 	DeliveryJobID int64
 }
 
+// validateTopic checks a topic: 1–MaxTopicLen bytes of text PostgreSQL can store
+// (valid UTF-8, no NUL).
+func validateTopic(t string) error {
+	if t == "" || len(t) > MaxTopicLen {
+		return invalid("topic", "must be 1–%d characters", MaxTopicLen)
+	}
+	if t != queue.StorableText(t, len(t)) {
+		return invalid("topic", "%q must be valid UTF-8 without NUL bytes", queue.StorableText(t, 40))
+	}
+	return nil
+}
+
 func invalid(field, format string, args ...any) error {
 	return &queue.ValidationError{Field: field, Reason: fmt.Sprintf(format, args...)}
 }
@@ -113,8 +125,8 @@ func invalid(field, format string, args ...any) error {
 // Validate checks m as Insert would, without touching the database. Errors match
 // queue.ErrInvalid and name the field.
 func (m *Message) Validate() error {
-	if m.Topic == "" || len(m.Topic) > MaxTopicLen {
-		return invalid("topic", "must be 1–%d characters", MaxTopicLen)
+	if err := validateTopic(m.Topic); err != nil {
+		return err
 	}
 	if err := queue.ValidateUniqueKey("dedupe_key", m.DedupeKey); err != nil {
 		return err
@@ -260,6 +272,11 @@ type ListParams struct {
 func List(ctx context.Context, db queue.DBTX, p ListParams) ([]*Row, error) {
 	if p.State != "" && !p.State.Valid() {
 		return nil, invalid("state", "%q is not an outbox state (want one of %v)", p.State, states)
+	}
+	if p.Topic != "" {
+		if err := validateTopic(p.Topic); err != nil {
+			return nil, err
+		}
 	}
 	if p.Limit <= 0 {
 		p.Limit = 100

@@ -3,7 +3,9 @@ package queue
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -142,10 +144,134 @@ func validateObject(field string, b []byte, maxBytes int) error {
 	if trimmed[0] != '{' {
 		return invalid(field, "must be a JSON object, got %s", jsonKind(trimmed[0]))
 	}
-	if bytes.Contains(trimmed, []byte(`\u0000`)) {
-		return invalid(field, `contains \u0000, which PostgreSQL jsonb cannot store`)
+	if reason := jsonbUnstorable(trimmed); reason != "" {
+		return invalid(field, "%s", reason)
 	}
 	return nil
+}
+
+// PostgreSQL numeric's limits (numeric.c): at most this many decimal digits after the
+// point, a most significant digit at most this far before it, and an exponent within
+// ±INT_MAX/2.
+const (
+	pgNumericMaxScale  = 16383
+	pgNumericMaxWeight = 131071
+	pgNumericMaxExp    = 1<<30 - 1
+)
+
+// jsonbUnstorable says why PostgreSQL's jsonb would refuse b, valid JSON, or returns ""
+// when it would not: invalid UTF-8, the escape \u0000 (jsonb text cannot hold NUL), a
+// lone UTF-16 surrogate escape, or a number outside numeric's range. encoding/json
+// accepts all of them, and the insert would fail with a database error.
+func jsonbUnstorable(b []byte) string {
+	if !utf8.Valid(b) {
+		return "is not valid UTF-8"
+	}
+	for i := 0; i < len(b); {
+		switch c := b[i]; {
+		case c == '"':
+			end, reason := scanJSONString(b, i)
+			if reason != "" {
+				return reason
+			}
+			i = end
+		case c == '-' || c >= '0' && c <= '9':
+			end := i + 1
+			for end < len(b) && bytes.IndexByte([]byte("0123456789+-.eE"), b[end]) >= 0 {
+				end++
+			}
+			if !numericStorable(b[i:end]) {
+				return fmt.Sprintf("the number %s is outside the range PostgreSQL numeric can store",
+					StorableText(string(b[i:end]), 40))
+			}
+			i = end
+		default:
+			i++
+		}
+	}
+	return ""
+}
+
+// scanJSONString returns the index after the JSON string starting at b[i] (a '"'), or
+// why jsonb cannot store it.
+func scanJSONString(b []byte, i int) (int, string) {
+	for i++; i < len(b); i++ {
+		switch b[i] {
+		case '"':
+			return i + 1, ""
+		case '\\':
+			i++
+			if i >= len(b) || b[i] != 'u' || i+4 >= len(b) {
+				continue
+			}
+			r := hex4(b[i+1 : i+5])
+			i += 4
+			switch {
+			case r == 0:
+				return 0, `contains \u0000, which PostgreSQL jsonb cannot store`
+			case r >= 0xD800 && r < 0xDC00: // a high surrogate: a low one must follow
+				if i+6 < len(b) && b[i+1] == '\\' && b[i+2] == 'u' {
+					if lo := hex4(b[i+3 : i+7]); lo >= 0xDC00 && lo < 0xE000 {
+						i += 6
+						continue
+					}
+				}
+				return 0, fmt.Sprintf(`contains the lone UTF-16 surrogate \u%04x, which PostgreSQL jsonb cannot store`, r)
+			case r >= 0xDC00 && r < 0xE000:
+				return 0, fmt.Sprintf(`contains the lone UTF-16 surrogate \u%04x, which PostgreSQL jsonb cannot store`, r)
+			}
+		}
+	}
+	return len(b), ""
+}
+
+// hex4 decodes four hex digits (valid JSON guarantees them after \u).
+func hex4(h []byte) rune {
+	var r rune
+	for _, c := range h {
+		r <<= 4
+		switch {
+		case c >= '0' && c <= '9':
+			r |= rune(c - '0')
+		case c >= 'a' && c <= 'f':
+			r |= rune(c - 'a' + 10)
+		case c >= 'A' && c <= 'F':
+			r |= rune(c - 'A' + 10)
+		}
+	}
+	return r
+}
+
+// numericStorable reports whether the JSON number n fits PostgreSQL numeric: its scale
+// (digits after the point, less the exponent) and the position of its most significant
+// digit within numeric's limits.
+func numericStorable(n []byte) bool {
+	s := string(bytes.TrimPrefix(n, []byte("-")))
+	mant, expText, _ := strings.Cut(strings.ToLower(s), "e")
+	exp := 0
+	if expText != "" {
+		digits := strings.TrimLeft(strings.TrimLeft(expText, "+-"), "0")
+		if len(digits) > 10 {
+			return false
+		}
+		e, err := strconv.Atoi(strings.TrimLeft(expText, "+"))
+		if err != nil || e >= pgNumericMaxExp || e <= -pgNumericMaxExp {
+			return false
+		}
+		exp = e
+	}
+	intPart, frac, _ := strings.Cut(mant, ".")
+	if len(frac)-exp > pgNumericMaxScale {
+		return false
+	}
+	// The decimal weight of the most significant non-zero digit; zero has none.
+	if lead := strings.TrimLeft(intPart, "0"); lead != "" {
+		return len(lead)-1+exp <= pgNumericMaxWeight
+	}
+	if lead := strings.TrimLeft(frac, "0"); lead != "" {
+		return -(len(frac)-len(lead))-1+exp <= pgNumericMaxWeight
+	}
+	return true
 }
 
 func jsonKind(b byte) string {

@@ -78,6 +78,11 @@ func (p *InsertParams) normalize() error {
 	if p.RunIn < 0 {
 		return invalid("run_in", "%s is negative", p.RunIn)
 	}
+	// A run_at outside years 1–9999 (UTC) would be stored, but no JSON or RFC 3339 text
+	// of the job could show it.
+	if y := p.RunAt.UTC().Year(); !p.RunAt.IsZero() && (y < 1 || y > 9999) {
+		return invalid("run_at", "%s is outside the years 1–9999 (UTC)", p.RunAt.Format(time.RFC3339))
+	}
 	tags, err := queue.ValidateTags(p.Tags)
 	if err != nil {
 		return err

@@ -1,6 +1,7 @@
 package order
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -8,6 +9,8 @@ import (
 	"mime"
 	"net/http"
 	"strconv"
+	"strings"
+	"unicode"
 
 	"github.com/fenceq/fenceq/idempotency"
 	"github.com/fenceq/fenceq/queue"
@@ -136,13 +139,23 @@ func (s *Service) handlePlace(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(res.Body)
 }
 
-// decodeRequest reads one JSON object strictly: no unknown fields, nothing after it,
-// at most MaxBodyBytes. On failure it returns an error code and message.
+// decodeRequest reads one JSON object strictly: no unknown fields, no field given
+// twice, nothing after it, at most MaxBodyBytes. On failure it returns an error code and
+// message.
 func decodeRequest(w http.ResponseWriter, r *http.Request) (Request, string, string) {
 	var req Request
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	if err == nil {
+		if key, dup := duplicateKey(body); dup {
+			return req, CodeInvalidBody, fmt.Sprintf("the request body gives the field %q twice "+
+				"(field names match without regard to case)", key)
+		}
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
-	err := dec.Decode(&req)
+	if err == nil {
+		err = dec.Decode(&req)
+	}
 	if err == nil {
 		// Exactly one value: anything but EOF after it is an error.
 		var extra json.RawMessage
@@ -169,6 +182,56 @@ func decodeRequest(w http.ResponseWriter, r *http.Request) (Request, string, str
 }
 
 var errTrailing = errors.New("data after the JSON object")
+
+// duplicateKey finds an object of the JSON text b that gives a key twice, as
+// encoding/json matches keys to fields: without regard to case. Such a body is
+// ambiguous (its last value wins, so reordering its keys, which JSON allows, would
+// change the order and its hash). Malformed JSON is left to the decoder.
+func duplicateKey(b []byte) (string, bool) {
+	type frame struct {
+		keys      map[string]bool // nil for an array
+		expectKey bool
+	}
+	var stack []*frame
+	valueDone := func() {
+		if n := len(stack); n > 0 && stack[n-1].keys != nil {
+			stack[n-1].expectKey = true
+		}
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return "", false
+		}
+		switch t := tok.(type) {
+		case json.Delim:
+			switch t {
+			case '{':
+				stack = append(stack, &frame{keys: map[string]bool{}, expectKey: true})
+			case '[':
+				stack = append(stack, &frame{})
+			default:
+				stack = stack[:len(stack)-1]
+				valueDone()
+			}
+		case string:
+			if top := len(stack) - 1; top >= 0 && stack[top].keys != nil && stack[top].expectKey {
+				folded := strings.Map(func(r rune) rune { return unicode.ToLower(unicode.ToUpper(r)) }, t)
+				if stack[top].keys[folded] {
+					return t, true
+				}
+				stack[top].keys[folded] = true
+				stack[top].expectKey = false
+				continue
+			}
+			valueDone()
+		default:
+			valueDone()
+		}
+	}
+}
 
 func (s *Service) handleGet(w http.ResponseWriter, r *http.Request) {
 	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
