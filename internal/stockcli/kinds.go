@@ -30,7 +30,7 @@ func orderFlags() []ucli.Flag {
 // go, the simulated tax service invoices call, and the housekeeping schedule.
 func builtinFlags() []ucli.Flag {
 	return []ucli.Flag{
-		&ucli.StringFlag{Name: "mailer", Usage: "where emails go: file:PATH (JSON lines; file:- for stdout) or " +
+		&ucli.StringFlag{Name: "mailer", EnvVars: []string{"FENCEQ_MAILER"}, Usage: "where emails go: file:PATH (JSON lines; file:- for stdout) or " +
 			"smtp://[USER:PASSWORD@]HOST:PORT?from=ADDR[&starttls=off|opportunistic|required] " +
 			"(default file:" + defaultMailPath() + ")"},
 		&ucli.StringFlag{Name: "tax-latency", Value: "20ms-200ms", Usage: "latency range MIN-MAX of the simulated tax service invoices call"},
