@@ -15,15 +15,18 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"regexp"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/fenceq/fenceq"
+	"github.com/fenceq/fenceq/fenceqhttp"
 	"github.com/fenceq/fenceq/fenceqtest"
 	"github.com/fenceq/fenceq/internal/store"
 	"github.com/fenceq/fenceq/internal/syncbuf"
@@ -41,10 +44,11 @@ const debianPackages = "podman runc"
 // hostCABundle is the CA bundle build.sh copies into the image by default.
 const hostCABundle = "/etc/ssl/certs/ca-certificates.crt"
 
-// The kinds the worker in the container runs: one that completes at once and one that
-// runs until it is cancelled (holdArgs: far longer than any test).
+// The kinds the worker in the container runs: one it runs by POSTing to an endpoint the
+// test serves (worker --http) and a built-in one that runs until it is cancelled
+// (holdArgs: far longer than any test).
 const (
-	doneKind = diag.NoopKind
+	doneKind = "app.hook"
 	holdKind = diag.SleepKind
 	holdArgs = `{"duration": "10m"}`
 )
@@ -52,9 +56,9 @@ const (
 // workerArgs is the command line of the worker in the container: the default queue
 // only, no periodic schedules, a short shutdown timeout (the held job is cancelled and
 // released rather than waited for), metrics and /healthz on a port of its choosing.
-func workerArgs(id string) []string {
-	return []string{"worker", "--id", id, "--queues", queue.DefaultQueue, "--no-periodic",
-		"--poll", "200ms", "--shutdown-timeout", "1s", "--metrics-addr", "127.0.0.1:0"}
+func workerArgs(id string, extra ...string) []string {
+	return append([]string{"worker", "--id", id, "--queues", queue.DefaultQueue, "--no-periodic",
+		"--poll", "200ms", "--shutdown-timeout", "1s", "--metrics-addr", "127.0.0.1:0"}, extra...)
 }
 
 // workerEnv is the worker's environment beyond DATABASE_URL: emails to stdout.
@@ -107,12 +111,33 @@ func TestContainer(t *testing.T) {
 		t.Parallel()
 		ctx := testContext(t)
 		db := fenceqtest.New(t, &fenceqtest.Options{Migrations: builtin.Migrations()})
-		res, err := fenceq.Enqueue(ctx, db.Pool, fenceq.RawArgs{KindName: doneKind}, nil)
+		// The endpoint the worker in the container calls, on the host's loopback (the
+		// container shares the host's network). It answers only requests signed with
+		// the secret the worker got from its environment.
+		secret := randomHex(16)
+		var calls atomic.Int32
+		endpoint := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			body, err := io.ReadAll(r.Body)
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			if err := fenceqhttp.Verify([]byte(secret), r, body); err != nil {
+				http.Error(w, err.Error(), http.StatusUnauthorized)
+				return
+			}
+			calls.Add(1)
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = io.WriteString(w, `{"greeted": true}`)
+		}))
+		t.Cleanup(endpoint.Close)
+		res, err := fenceq.Enqueue(ctx, db.Pool, fenceq.RawArgs{KindName: doneKind, JSON: json.RawMessage(`{"name": "ada"}`)}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		id := "container-" + randomHex(4)
-		c := runWorker(t, image, db.URL, id)
+		c := runWorker(t, image, db.URL, id, []string{"FENCEQ_HTTP_SECRET=" + secret},
+			"--http", doneKind+"="+endpoint.URL)
 		if got := get(t, "http://"+c.metricsAddr(t)+"/healthz"); got != "ok\n" {
 			t.Errorf("/healthz = %q, want ok", got)
 		}
@@ -128,6 +153,12 @@ func TestContainer(t *testing.T) {
 		if j.LeasedBy == nil || *j.LeasedBy != id || j.Attempt != 1 {
 			t.Errorf("job completed by %v at attempt %d, want by %s at attempt 1", deref(j.LeasedBy), j.Attempt, id)
 		}
+		if n := calls.Load(); n != 1 {
+			t.Errorf("the endpoint took %d signed calls, want 1", n)
+		}
+		if string(j.Output) != `{"greeted": true}` {
+			t.Errorf("job output %s, want the endpoint's answer", j.Output)
+		}
 		c.signal(t, "TERM")
 		if code := c.wait(t); code != 0 {
 			t.Fatalf("container exit %d after SIGTERM, want 0\n%s", code, c.stderr.String())
@@ -142,7 +173,7 @@ func TestContainer(t *testing.T) {
 			t.Fatal(err)
 		}
 		id := "container-" + randomHex(4)
-		c := runWorker(t, image, db.URL, id)
+		c := runWorker(t, image, db.URL, id, nil)
 		var held *queue.JobRow
 		fenceqtest.WaitFor(t, "the worker in the container to hold the job's lease", 30*time.Second, func() bool {
 			held, err = store.GetJob(ctx, db.Pool, res.Job.ID)
@@ -335,14 +366,14 @@ var metricsAddrRe = regexp.MustCompile(`msg="serving metrics" addr=(\S+)`)
 // runWorker starts the worker in a container of the image with DATABASE_URL from the
 // environment (podman's --env NAME passes the host's value), and removes the container
 // when the test ends.
-func runWorker(t *testing.T, image, databaseURL, id string) *worker {
+func runWorker(t *testing.T, image, databaseURL, id string, env []string, extraArgs ...string) *worker {
 	t.Helper()
 	w := &worker{name: "fenceq-test-" + randomHex(6), stderr: &syncbuf.Buffer{}, done: make(chan int, 1)}
 	args := append([]string{"--runtime", "runc", "run", "--rm", "--name", w.name, "--env", "DATABASE_URL"}, runFlags...)
-	for _, kv := range workerEnv {
+	for _, kv := range append(slices.Clone(workerEnv), env...) {
 		args = append(args, "--env", kv)
 	}
-	cmd := exec.Command("podman", append(append(args, image), workerArgs(id)...)...)
+	cmd := exec.Command("podman", append(append(args, image), workerArgs(id, extraArgs...)...)...)
 	cmd.Env = append(os.Environ(), "DATABASE_URL="+databaseURL)
 	cmd.Stdout = w.stderr
 	cmd.Stderr = w.stderr
