@@ -237,6 +237,9 @@ func (s Set) Down(ctx context.Context, pool *pgxpool.Pool, steps int) error {
 // Status reports the set's current version and which of its migrations are applied.
 func (s Set) Status(ctx context.Context, pool *pgxpool.Pool) (Report, error) {
 	rep := Report{Set: s.Name, Latest: s.Latest()}
+	if err := s.Validate(); err != nil {
+		return rep, fmt.Errorf("migrate status: %w", err)
+	}
 	// A set never installed has no version table; reading it must not create one.
 	var exists bool
 	if err := pool.QueryRow(ctx, sqlVersionTableExists, s.Table).Scan(&exists); err != nil {
