@@ -225,7 +225,9 @@ BEGIN
     END IF;
     bad := substring(key FROM fenceq_unprintable_class());
     IF bad IS NOT NULL THEN
-        PERFORM fenceq_invalid(field, 'contains the non-printable character U+' || upper(lpad(to_hex(ascii(bad)), 4, '0')));
+        -- Go's %U: at least four hex digits.
+        PERFORM fenceq_invalid(field, 'contains the non-printable character U+' ||
+            upper(CASE WHEN ascii(bad) < 4096 THEN lpad(to_hex(ascii(bad)), 4, '0') ELSE to_hex(ascii(bad)) END));
     END IF;
 END;
 $fn$;
@@ -241,10 +243,11 @@ CREATE FUNCTION fenceq_enqueue_row(
 #variable_conflict use_column
 DECLARE
     k text := kind;
-    q text := COALESCE(queue, 'default');
+    -- An empty queue and a zero max_attempts take the defaults, as Go's zero values do.
+    q text := COALESCE(NULLIF(queue, ''), 'default');
     a jsonb := COALESCE(args, '{}');
     prio int := COALESCE(priority, 1);
-    attempts int := COALESCE(max_attempts, 25);
+    attempts int := COALESCE(NULLIF(max_attempts, 0), 25);
     meta jsonb := COALESCE(metadata, '{}');
     key text := NULLIF(unique_key, '');
     at timestamptz := COALESCE(run_at, now());
