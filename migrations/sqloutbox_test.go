@@ -155,8 +155,8 @@ func TestSQLOutboxAddRollbackAndValidation(t *testing.T) {
 	}
 	for _, c := range []struct {
 		topic, payload, key any
-		attempts           any
-		field              string
+		attempts            any
+		field               string
 	}{
 		{"", nil, "k", nil, "topic"},
 		{string(long), nil, "k", nil, "topic"},
