@@ -8,6 +8,7 @@ DROP FUNCTION fenceq_enqueue_row(text, jsonb, text, timestamptz, int, text, int,
 DROP FUNCTION fenceq_check_unique_key(text, text);
 DROP FUNCTION fenceq_check_object(text, jsonb, int);
 DROP FUNCTION fenceq_check_name(text, text, int);
+DROP FUNCTION fenceq_quote_char(text);
 DROP FUNCTION fenceq_quote(text);
 DROP FUNCTION fenceq_invalid(text, text);
 DROP FUNCTION fenceq_unprintable_class();

@@ -150,13 +150,29 @@ BEGIN
 END;
 $fn$;
 
--- fenceq_quote is Go's %q of StorableText(s, 40) for the names it is used on: the first
--- 40 characters (then "…"), in double quotes, with \ and " escaped.
+-- fenceq_quote is Go's %q of StorableText(s, 40) for names: at most the first 40 bytes,
+-- cut between characters (then "…"), in double quotes, with \ and " escaped. (Go's %q
+-- also escapes non-printable characters; this does not.)
 CREATE FUNCTION fenceq_quote(s text) RETURNS text
+    LANGUAGE plpgsql IMMUTABLE AS $fn$
+DECLARE
+    r text := left(s, 40);
+BEGIN
+    WHILE octet_length(r) > 40 LOOP
+        r := left(r, -1);
+    END LOOP;
+    IF r <> s THEN
+        r := r || '…';
+    END IF;
+    RETURN '"' || replace(replace(r, '\', '\\'), '"', '\"') || '"';
+END;
+$fn$;
+
+-- fenceq_quote_char is Go's %q of one printable character: in single quotes, with \ and
+-- ' escaped.
+CREATE FUNCTION fenceq_quote_char(c text) RETURNS text
     LANGUAGE sql IMMUTABLE AS $fn$
-    SELECT '"' || replace(replace(
-        CASE WHEN octet_length(s) <= 40 THEN s ELSE left(s, 40) || '…' END,
-        '\', '\\'), '"', '\"') || '"'
+    SELECT '''' || CASE c WHEN '''' THEN '\''' WHEN '\' THEN '\\' ELSE c END || ''''
 $fn$;
 
 -- fenceq_check_name checks a queue name, kind or tag as queue.ValidateName does:
@@ -186,7 +202,7 @@ BEGIN
         END IF;
         PERFORM fenceq_invalid(field, format(
             '%s: character %s at position %s is not allowed (use letters, digits and _ . : -, starting with a letter or digit)',
-            fenceq_quote(s), quote_literal(bad), pos));
+            fenceq_quote(s), fenceq_quote_char(bad), pos));
     END IF;
 END;
 $fn$;
@@ -463,6 +479,7 @@ BEGIN
         'fenceq_unprintable_class()',
         'fenceq_invalid(text, text)',
         'fenceq_quote(text)',
+        'fenceq_quote_char(text)',
         'fenceq_check_name(text, text, int)',
         'fenceq_check_object(text, jsonb, int)',
         'fenceq_check_unique_key(text, text)',

@@ -243,6 +243,11 @@ func TestSQLEnqueueValidationMatchesGo(t *testing.T) {
 		{"kind with é", sqlJob{Kind: "aé"}, "kind", true},
 		{"kind starting with é", sqlJob{Kind: "éa"}, "kind", true},
 		{"kind too long", sqlJob{Kind: strings.Repeat("k", 129)}, "kind", true},
+		{"kind too long, cut between characters", sqlJob{Kind: strings.Repeat("é", 70)}, "kind", true},
+		{"kind with a quote", sqlJob{Kind: "it's"}, "kind", true},
+		{"kind with a backslash", sqlJob{Kind: `a\b`}, "kind", true},
+		{"kind with a double quote", sqlJob{Kind: `a"b`}, "kind", true},
+		{"kind with a tab", sqlJob{Kind: "a\tb"}, "kind", false}, // Go's %q escapes the tab
 		{"queue with a slash", sqlJob{Kind: "k", Queue: ptr("a/b")}, "queue", true},
 		{"queue too long", sqlJob{Kind: "k", Queue: ptr(strings.Repeat("q", 65))}, "queue", true},
 		{"args an array", sqlJob{Kind: "k", Args: ptr(`[1]`)}, "args", true},
@@ -557,9 +562,11 @@ func TestSQLHeartbeat(t *testing.T) {
 	}
 	const lease = 40 * time.Second
 	held := claim(ctx, t, db.Pool, "hb", lease)
-	// Move the lease's start back, so that an extension is visible whatever the clock did.
-	if _, err := db.Pool.Exec(ctx, `UPDATE fenceq_jobs SET heartbeat_at = heartbeat_at - interval '1 hour',
-        lease_expires_at = lease_expires_at - interval '1 hour' WHERE id = $1`, id); err != nil {
+	// Move the lease's start an hour back, so that an extension is visible whatever the
+	// clock did. (Column-free expressions: Citus routes no STABLE function over columns.)
+	if _, err := db.Pool.Exec(ctx, `UPDATE fenceq_jobs SET heartbeat_at = now() - interval '1 hour',
+        lease_expires_at = now() - interval '1 hour' + $2::bigint * interval '1 microsecond' WHERE id = $1`,
+		id, lease.Microseconds()); err != nil {
 		t.Fatal(err)
 	}
 	var before time.Time
