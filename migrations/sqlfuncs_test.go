@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 	"unicode"
@@ -597,5 +598,59 @@ func TestSQLHeartbeat(t *testing.T) {
 	}
 	if j, _ := fenceq.GetJob(ctx, db.Pool, id); j.State != queue.StateAvailable || j.LeaseExpiresAt != nil {
 		t.Fatalf("job after the rejected heartbeat: %+v; want it available without a lease", j)
+	}
+}
+
+// Go and SQL enqueues of one key racing each other make one job, and every one of them
+// returns it.
+func TestSQLEnqueueUniqueKeyRace(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	db := fenceqtest.New(t, &fenceqtest.Options{MaxConns: 8})
+	const racers, rounds = 8, 5
+	ids := make(chan int64, racers*rounds)
+	errs := make(chan error, racers*rounds)
+	var wg sync.WaitGroup
+	for r := range racers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range rounds {
+				if r%2 == 0 {
+					id, err := sqlJob{Kind: "race", UniqueKey: ptr("race:1")}.enqueue(ctx, db.Pool)
+					ids <- id
+					errs <- err
+					continue
+				}
+				p := sqlJob{Kind: "race", UniqueKey: ptr("race:1")}.params(t)
+				res, err := fenceq.Enqueue(ctx, db.Pool, fenceq.RawArgs{KindName: p.Kind}, &fenceq.InsertOpts{UniqueKey: p.UniqueKey})
+				if err == nil {
+					ids <- res.Job.ID
+				} else {
+					ids <- 0
+				}
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(ids)
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("racing enqueue: %v", err)
+		}
+	}
+	var first int64
+	for id := range ids {
+		if first == 0 {
+			first = id
+		}
+		if id != first || id == 0 {
+			t.Fatalf("racing enqueues returned jobs %d and %d; want one job", first, id)
+		}
+	}
+	if n := countJobs(ctx, t, db.Pool); n != 1 {
+		t.Fatalf("%d jobs after %d racing enqueues of one key; want 1", n, racers*rounds)
 	}
 }
