@@ -654,3 +654,60 @@ func TestSQLEnqueueUniqueKeyRace(t *testing.T) {
 		t.Fatalf("%d jobs after %d racing enqueues of one key; want 1", n, racers*rounds)
 	}
 }
+
+// An operator's requeue of a job whose SQL completion is not yet committed waits for the
+// completion's row lock, and then finds the job completed: it revokes no lease (the
+// completion spent it) and makes the job run again.
+func TestSQLCompleteLockHoldsOffRequeue(t *testing.T) {
+	t.Parallel()
+	// The wait happens on the worker node, which pg_blocking_pids on the coordinator
+	// does not see.
+	fenceqtest.SkipOnCitus(t, "the requeue's lock wait is observed with pg_blocking_pids on one server")
+	ctx := testCtx(t)
+	db := fenceqtest.New(t, nil)
+	id, err := sqlJob{Kind: "k", Queue: ptr("op")}.enqueue(ctx, db.Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := claim(ctx, t, db.Pool, "op", time.Minute)
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	var pid int32
+	if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT fenceq_complete($1, $2)`, id, held.LeaseGen); err != nil {
+		t.Fatal(err)
+	}
+	requeued := make(chan error, 1)
+	go func() {
+		_, err := fenceq.RequeueJob(ctx, db.Pool, id)
+		requeued <- err
+	}()
+	fenceqtest.WaitFor(t, "the requeue waiting for the completion's lock", 30*time.Second, func() bool {
+		var waiting bool
+		err := db.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid)))`,
+			pid).Scan(&waiting)
+		return err == nil && waiting
+	})
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-requeued; err != nil {
+		t.Fatalf("requeue after the completion committed: %v", err)
+	}
+	// The requeue acted on the completed job: it runs again under the same generation,
+	// and no lease was revoked.
+	j, err := fenceq.GetJob(ctx, db.Pool, id)
+	if err != nil || j.State != queue.StateAvailable || j.LeaseGen != held.LeaseGen {
+		t.Fatalf("job: %+v, %v; want it available again under generation %d", j, err, held.LeaseGen)
+	}
+	var revoked int64
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM fenceq_lease_events WHERE job_id = $1 AND kind = $2`,
+		id, string(queue.EventRevoked)).Scan(&revoked); err != nil || revoked != 0 {
+		t.Fatalf("%d revoked lease events, %v; want none: the lease was spent by the completion", revoked, err)
+	}
+}
