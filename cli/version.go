@@ -70,7 +70,7 @@ func versionFrom(bi *debug.BuildInfo) versionInfo {
 }
 
 // String is the one line of `fenceq version`, e.g.
-// "fenceq 0.2.0-dev (commit 0c6e575a1b2c, modified) schema 12".
+// "fenceq 0.2.0-dev (commit 0c6e575a1b2c, modified) schema 13".
 func (v versionInfo) String() string {
 	commit := v.Commit
 	if len(commit) > 12 {

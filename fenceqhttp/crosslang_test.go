@@ -128,7 +128,7 @@ func (w *testWriter) Write(p []byte) (int, error) {
 // endpoint holds its request; its lease expires and the reaper revokes it; a second
 // worker runs the job again under the next generation, and the endpoint's second call
 // completes it. Then the first call resumes: its fenceq_complete under the revoked
-// generation fails with SQLSTATE FQ002 and its result row rolls back. One result row
+// generation fails with SQLSTATE QF002 and its result row rolls back. One result row
 // remains, the second lease's.
 func TestFenceAcrossLanguages(t *testing.T) {
 	t.Parallel()
@@ -139,7 +139,6 @@ func TestFenceAcrossLanguages(t *testing.T) {
 	if _, err := db.Pool.Exec(ctx, `CREATE TABLE results (job_id bigint NOT NULL, lease_gen bigint NOT NULL, n int NOT NULL)`); err != nil {
 		t.Fatal(err)
 	}
-	fenceqComplete(t, ctx, db)
 	const key = "cross-language secret"
 	url, events := startPython(t, db, key)
 
@@ -197,8 +196,8 @@ func TestFenceAcrossLanguages(t *testing.T) {
 	}
 	_ = resp.Body.Close()
 	late := next(t, events, "rejected")
-	if late.Job != id || late.Gen != held.Gen || late.SQLState != "FQ002" {
-		t.Fatalf("late call: %+v; want job %d generation %d rejected with SQLSTATE FQ002", late, id, held.Gen)
+	if late.Job != id || late.Gen != held.Gen || late.SQLState != "QF002" {
+		t.Fatalf("late call: %+v; want job %d generation %d rejected with SQLSTATE QF002", late, id, held.Gen)
 	}
 
 	// The fault happened (revocation, rejected late completion): now the outcome.

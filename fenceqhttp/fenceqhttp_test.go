@@ -222,34 +222,6 @@ func TestSuccessCapsALargeBody(t *testing.T) {
 	}
 }
 
-// fenceqComplete defines, in the test's schema, the SQL function an endpoint calls to
-// complete its job under the lease, unless the core migrations define it: it raises
-// SQLSTATE FQ002 when the job is not running under that generation.
-func fenceqComplete(t *testing.T, ctx context.Context, db *fenceqtest.DB) {
-	t.Helper()
-	var exists bool
-	if err := db.Pool.QueryRow(ctx, `SELECT to_regprocedure('fenceq_complete(bigint, bigint, jsonb)') IS NOT NULL`).Scan(&exists); err != nil {
-		t.Fatal(err)
-	}
-	if exists {
-		return
-	}
-	_, err := db.Pool.Exec(ctx, `
-CREATE FUNCTION fenceq_complete(job_id bigint, lease_gen bigint, output jsonb DEFAULT NULL) RETURNS void
-LANGUAGE plpgsql AS $$
-BEGIN
-    UPDATE fenceq_jobs j SET state = 'completed', finished_at = now(), lease_expires_at = NULL, output = fenceq_complete.output
-    WHERE j.id = fenceq_complete.job_id AND j.lease_gen = fenceq_complete.lease_gen AND j.state = 'running';
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'fenceq: job % is not running under lease generation %', job_id, lease_gen
-            USING ERRCODE = 'FQ002';
-    END IF;
-END $$`)
-	if err != nil {
-		t.Fatalf("define fenceq_complete: %v", err)
-	}
-}
-
 // completeInSQL is what an endpoint does: its result row and fenceq_complete in one
 // transaction. It returns the error of the transaction.
 func completeInSQL(ctx context.Context, db *fenceqtest.DB, id, gen int64) error {
@@ -271,7 +243,7 @@ func completeInSQL(ctx context.Context, db *fenceqtest.DB, id, gen int64) error 
 // with fenceq_complete before answering 2xx: the worker's completion finds that
 // completion under its own lease and writes nothing more, records no stale write, and
 // reports the attempt completed. An endpoint that calls fenceq_complete after the
-// worker completed the job (it answered first): its call fails with FQ002 and its
+// worker completed the job (it answered first): its call fails with QF002 and its
 // transaction, result row included, rolls back.
 func TestSuccessAfterTheEndpointCompletedInSQL(t *testing.T) {
 	t.Parallel()
@@ -292,7 +264,6 @@ func TestSuccessAfterTheEndpointCompletedInSQL(t *testing.T) {
 	if _, err := b.db.Pool.Exec(b.ctx, `CREATE TABLE results (job_id bigint PRIMARY KEY, lease_gen bigint NOT NULL)`); err != nil {
 		t.Fatal(err)
 	}
-	fenceqComplete(t, b.ctx, b.db)
 
 	t.Run("EndpointFirst", func(t *testing.T) {
 		j, err := b.work(t, fenceqhttp.Endpoint{URL: b.srv.URL + "/first"})
@@ -323,8 +294,8 @@ func TestSuccessAfterTheEndpointCompletedInSQL(t *testing.T) {
 		}
 		err = completeInSQL(b.ctx, b.db, j.ID, j.LeaseGen)
 		var pgErr *pgconn.PgError
-		if !errors.As(err, &pgErr) || pgErr.Code != "FQ002" {
-			t.Fatalf("late fenceq_complete: %v; want SQLSTATE FQ002", err)
+		if !errors.As(err, &pgErr) || pgErr.Code != "QF002" {
+			t.Fatalf("late fenceq_complete: %v; want SQLSTATE QF002", err)
 		}
 		var rows int
 		if err := b.db.Pool.QueryRow(b.ctx, `SELECT count(*) FROM results WHERE job_id = $1`, j.ID).Scan(&rows); err != nil || rows != 0 {

@@ -4,7 +4,7 @@ psycopg 3: the cross-language test of the fence (fenceqhttp's crosslang_test.go)
 It checks each request's signature, then writes its result row and completes the job
 with fenceq_complete(job_id, lease_gen) in one transaction, and answers 200 once that
 transaction committed. A completion under a lease that is no longer held fails with
-SQLSTATE FQ002; the transaction, result row included, rolls back and it answers 409.
+SQLSTATE QF002; the transaction, result row included, rolls back and it answers 409.
 
 Environment: FENCEQ_DSN (a libpq connection string), FENCEQ_SCHEMA (the search path),
 FENCEQ_HTTP_SECRET. With HOLD_FIRST=1 the first request waits, after its signature

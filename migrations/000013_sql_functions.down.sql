@@ -1,0 +1,14 @@
+DROP FUNCTION fenceq_outbox_add(text, jsonb, text, bigint, int);
+DROP FUNCTION fenceq_record_stale(bigint, bigint, text, text);
+DROP FUNCTION fenceq_heartbeat(bigint, bigint);
+DROP FUNCTION fenceq_complete(bigint, bigint, jsonb);
+DROP FUNCTION fenceq_lease_lost(text, bigint, bigint);
+DROP FUNCTION fenceq_enqueue(text, jsonb, text, timestamptz, int, text, int, text[], jsonb);
+DROP FUNCTION fenceq_enqueue_row(text, jsonb, text, timestamptz, int, text, int, text[], jsonb);
+DROP FUNCTION fenceq_check_unique_key(text, text);
+DROP FUNCTION fenceq_check_object(text, jsonb, int);
+DROP FUNCTION fenceq_check_name(text, text, int);
+DROP FUNCTION fenceq_quote_char(text);
+DROP FUNCTION fenceq_quote(text);
+DROP FUNCTION fenceq_invalid(text, text);
+DROP FUNCTION fenceq_unprintable_class();
