@@ -15,7 +15,7 @@ import (
 func httpFlags() []ucli.Flag {
 	return []ucli.Flag{
 		&ucli.StringSliceFlag{Name: "http", Usage: "run kind KIND by POSTing its args to URL, signed with --http-secret: " +
-			"KIND=URL, repeatable (see docs/http-handlers.md)"},
+			"KIND=URL, repeatable (see docs/other-languages.md)"},
 		&ucli.StringFlag{Name: "http-secret", EnvVars: []string{"FENCEQ_HTTP_SECRET"},
 			Usage: "the shared secret that signs every --http request (required with --http; prefer the environment variable)"},
 		&ucli.DurationFlag{Name: "http-timeout", Usage: "bound on each --http request (default none: the lease bounds it)"},

@@ -27,7 +27,7 @@ func workerCommand(e *env) *ucli.Command {
 			"Enqueues the jobs of every periodic schedule (see `" + e.opts.Name + " periodic`) unless --no-periodic.\n" +
 			"On SIGINT or SIGTERM it stops claiming, lets running jobs finish for --shutdown-timeout,\n" +
 			"then cancels the rest and gives their leases back (fenced), and deregisters.\n" +
-			"With --http KIND=URL it also runs KIND by POSTing each job's args to URL (see docs/http-handlers.md).",
+			"With --http KIND=URL it also runs KIND by POSTing each job's args to URL (see docs/other-languages.md).",
 		Flags: slices.Concat([]ucli.Flag{
 			&ucli.StringFlag{Name: "queues", Usage: "comma-separated queues to serve (default: " +
 				strings.Join(e.opts.Queues, ",") + ")"},
