@@ -36,13 +36,12 @@ func TestRunnersReuseParkedGoroutine(t *testing.T) {
 	waitParked(t, r, 1)
 	// Two jobs at once: the parked runner takes one, a new goroutine the other.
 	release := make(chan struct{})
-	var running atomic.Int32
+	running := make(chan struct{}, 2)
 	for range 2 {
-		r.run(func() { running.Add(1); <-release })
+		r.run(func() { running <- struct{}{}; <-release })
 	}
-	for running.Load() != 2 {
-		time.Sleep(time.Millisecond)
-	}
+	<-running
+	<-running
 	r.mu.Lock()
 	parked := len(r.parked)
 	r.mu.Unlock()
