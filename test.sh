@@ -24,11 +24,18 @@
 #     local cluster is set up as CI needs it (created, started, trust on loopback).
 #   - Runs go test -race -count=1 -timeout 60m ./... (its output is kept whole) and ends
 #     with a summary: packages passed and failed, and what was not run.
+#
+# Environment: TEST_DATABASE_URL (the server the tests use), FENCEQ_VENDOR_DIR (the
+# Citus source), FENCEQ_TEST_P (test binaries at once, default 2), FENCEQ_CHROMIUM (the
+# browser), CI=true (nothing may be missing; set by .ci/run).
+# Exit status: 0 when everything run passed, 1 on a failure, 2 when something the tests
+# need is missing or an argument is wrong.
 set -uo pipefail
 cd "$(dirname "$0")"
 export PATH="$PATH:/usr/local/go/bin:$HOME/go/bin"
 
-usage() { sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; }
+# usage prints the comment block above.
+usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
 
 busy=0
 lint=1
@@ -137,6 +144,20 @@ apt_install() {
   return "$rc"
 }
 
+# Citus: as root it is built below; otherwise its build is named with the rest.
+if [ "$root" = 0 ] && ! citus_installed && citus_source; then
+  missing_how+=("citus (its source is at $vendor_dir; as root: FENCEQ_VENDOR_DIR=$vendor_dir bash .ci/ensure-citus)")
+fi
+
+if [ ${#missing_how[@]} -gt 0 ] && [ "$root" = 0 ]; then
+  line="test.sh: missing: $(printf '%s; ' "${missing_how[@]}")"
+  line="${line%; }"
+  if [ ${#missing_pkgs[@]} -gt 0 ]; then
+    line="$line; run ./test.sh as root to install them, or: sudo apt-get install -y ${missing_pkgs[*]}"
+  fi
+  echo "$line" >&2
+  exit 2
+fi
 if [ ${#missing_pkgs[@]} -gt 0 ]; then
   if [ "$root" = 1 ]; then
     log "installing from Debian's packages: ${missing_pkgs[*]}"
@@ -144,9 +165,6 @@ if [ ${#missing_pkgs[@]} -gt 0 ]; then
       log "installing ${missing_pkgs[*]} failed"
       exit 2
     fi
-  else
-    echo "test.sh: missing: $(IFS=';'; echo "${missing_how[*]}" | sed 's/;/; /g'); run ./test.sh as root to install them: sudo apt-get install -y ${missing_pkgs[*]}" >&2
-    exit 2
   fi
 fi
 
@@ -154,13 +172,9 @@ fi
 if citus_installed; then
   :
 elif citus_source; then
-  if [ "$root" = 1 ]; then
-    log "Citus is not installed: building it from $vendor_dir (.ci/ensure-citus, a few minutes)"
-    FENCEQ_VENDOR_DIR="$vendor_dir" bash .ci/ensure-citus || { log "building Citus failed"; exit 1; }
-  else
-    echo "test.sh: missing: citus (its source is at $vendor_dir; as root: FENCEQ_VENDOR_DIR=$vendor_dir bash .ci/ensure-citus)" >&2
-    exit 2
-  fi
+  # Only as root: otherwise it was named as missing above.
+  log "Citus is not installed: building it from $vendor_dir (.ci/ensure-citus, a few minutes)"
+  FENCEQ_VENDOR_DIR="$vendor_dir" bash .ci/ensure-citus || { log "building Citus failed"; exit 1; }
 elif [ "$ci" = 1 ]; then
   log "Citus is not installed and its source is not at $vendor_dir: CI runs the Citus test (set FENCEQ_VENDOR_DIR)"
   exit 1
