@@ -18,16 +18,17 @@
 #   - Outside CI it never starts, restarts or reconfigures a PostgreSQL server it did not
 #     start: the tests use TEST_DATABASE_URL when set, else the server on 127.0.0.1:5432
 #     when it answers, else throwaway clusters of their own. The suite fits in the
-#     server's default max_connections (100): packages run at most FENCEQ_TEST_P (default
-#     2) at a time.
+#     server's default max_connections (100): with fewer than 200 allowed, one test
+#     binary runs at a time (go test -p 1), else two.
 #   - Under CI (CI=true) nothing may be missing: the Citus source is required, and the
-#     local cluster is set up as CI needs it (created, started, trust on loopback).
+#     local cluster is set up as CI needs it (created, started, trust on loopback,
+#     max_connections raised to 300 so that two test binaries run at once).
 #   - Runs go test -race -count=1 -timeout 60m ./... (its output is kept whole) and ends
 #     with a summary: packages passed and failed, and what was not run.
 #
 # Environment: TEST_DATABASE_URL (the server the tests use), FENCEQ_VENDOR_DIR (the
-# Citus source), FENCEQ_TEST_P (test binaries at once, default 2), FENCEQ_CHROMIUM (the
-# browser), CI=true (nothing may be missing; set by .ci/run).
+# Citus source), FENCEQ_TEST_P (test binaries at once, overriding the choice above),
+# FENCEQ_CHROMIUM (the browser), CI=true (nothing may be missing; set by .ci/run).
 # Exit status: 0 when everything run passed, 1 on a failure, 2 when something the tests
 # need is missing or an argument is wrong.
 set -uo pipefail
@@ -210,6 +211,19 @@ pg_for_ci() {
     sleep 1
   done
   pg_isready -h 127.0.0.1 -p 5432 || return 1
+  # Two test binaries at once need up to about 90 connections (see -p below): CI
+  # makes room for them, which takes a restart of this cluster, its own.
+  local maxc
+  maxc="$(psql -h 127.0.0.1 -U postgres -d postgres -Atc 'SHOW max_connections')" || return 1
+  if [ "$maxc" -lt 300 ]; then
+    log "raising max_connections from $maxc to 300"
+    psql -h 127.0.0.1 -U postgres -d postgres -qc 'ALTER SYSTEM SET max_connections = 300' || return 1
+    pg_ctlcluster --skip-systemctl-redirect "$ver" main restart || return 1
+    for i in $(seq 1 60); do
+      pg_isready -q -h 127.0.0.1 -p 5432 && break
+      sleep 1
+    done
+  fi
   local db
   for db in test root; do
     if ! psql -h 127.0.0.1 -U postgres -d postgres -Atc "SELECT 1 FROM pg_database WHERE datname = '$db'" | grep -q 1; then
@@ -262,9 +276,30 @@ else
 fi
 
 # ---- the suite -------------------------------------------------------------------------
-# At most FENCEQ_TEST_P test binaries at once: each package's parallel tests open pools of
-# their own, and two packages at a time stay within a default server's 100 connections.
-p="${FENCEQ_TEST_P:-2}"
+# How many test binaries run at once (go test -p). One package's parallel tests use up to
+# about 60 connections (the chaos package; the invoice package's eight workers about 35),
+# two packages at once up to about 90: two only when the server allows 200 connections or
+# more, else one, so that the suite fits in a default server's 100 with room for other
+# clients. Without a server the tests start a throwaway cluster per test binary, each
+# with room for more. FENCEQ_TEST_P overrides.
+suite_server_max_connections() {
+  local url="${TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test?sslmode=disable}"
+  command -v psql >/dev/null 2>&1 || return 1
+  PGCONNECT_TIMEOUT=5 psql "$url" -Atc 'SHOW max_connections' 2>/dev/null
+}
+if [ -n "${FENCEQ_TEST_P:-}" ]; then
+  p="$FENCEQ_TEST_P"
+  if ! [[ "$p" =~ ^[1-9][0-9]*$ ]]; then
+    log "FENCEQ_TEST_P must be a positive number, got '$p'"
+    exit 2
+  fi
+elif maxc="$(suite_server_max_connections)" && [ -n "$maxc" ]; then
+  p=1
+  [ "$maxc" -ge 200 ] && p=2
+  log "the test server allows $maxc connections: $p test binaries at once"
+else
+  p=2
+fi
 out="$(mktemp /tmp/fenceq-test-out.XXXXXX)"
 log "go test -race -count=1 -timeout 60m -p $p ./..."
 go test -race -count=1 -timeout 60m -p "$p" ./... 2>&1 | tee "$out"
