@@ -296,7 +296,7 @@ if [ -n "${FENCEQ_TEST_P:-}" ]; then
 elif maxc="$(suite_server_max_connections)" && [ -n "$maxc" ]; then
   p=1
   [ "$maxc" -ge 200 ] && p=2
-  log "the test server allows $maxc connections: $p test binaries at once"
+  log "the test server allows $maxc connections: test binaries run $p at a time (go test -p $p)"
 else
   p=2
 fi
