@@ -70,6 +70,24 @@ root=0
 
 log() { echo "test.sh: $*" >&2; }
 
+# cleanup runs on exit: it stops the busy mode's CPU hogs and removes the policy-rc.d
+# this script put in place for an install that did not finish.
+hogs=()
+own_policy=""
+stop_hogs() {
+  local p
+  for p in "${hogs[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${hogs[@]}"; do wait "$p" 2>/dev/null || true; done
+  hogs=()
+}
+cleanup() {
+  stop_hogs
+  if [ -n "$own_policy" ]; then rm -f "$own_policy"; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
 # not_run collects what the suite did not run, for the summary.
 not_run=()
 
@@ -123,17 +141,20 @@ fi
 # their own process; the tests' PostgreSQL is set up below or started by the tests).
 apt_install() {
   export DEBIAN_FRONTEND=noninteractive
-  local policy=/usr/sbin/policy-rc.d own_policy="" rc=0
+  local policy=/usr/sbin/policy-rc.d rc=0
   if [ ! -e "$policy" ]; then
     printf '#!/bin/sh\nexit 101\n' >"$policy"
     chmod +x "$policy"
-    own_policy=1
+    own_policy="$policy" # removed by cleanup, also when the script is interrupted
   fi
   {
     apt-get -o DPkg::Lock::Timeout=600 update -q &&
       apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends "$@"
   } || rc=$?
-  [ -n "$own_policy" ] && rm -f "$policy"
+  if [ -n "$own_policy" ]; then
+    rm -f "$own_policy"
+    own_policy=""
+  fi
   if [ "$rc" -eq 0 ] && printf '%s\n' "$@" | grep -qx pgbouncer; then
     # Nor at boot.
     if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
@@ -240,17 +261,7 @@ fi
 
 # ---- busy mode -------------------------------------------------------------------------
 # CPU hogs, one per core by default, each ended by timeout after the suite's own timeout
-# at the latest, and killed when this script exits.
-hogs=()
-stop_hogs() {
-  local p
-  for p in "${hogs[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${hogs[@]}"; do wait "$p" 2>/dev/null || true; done
-  hogs=()
-}
-trap stop_hogs EXIT
-trap 'stop_hogs; exit 130' INT
-trap 'stop_hogs; exit 143' TERM
+# at the latest, and killed when this script exits (cleanup).
 if [ "$busy" -gt 0 ]; then
   log "busy mode: $busy CPU hogs (at most 70 minutes) while the suite runs"
   for _ in $(seq 1 "$busy"); do
@@ -328,7 +339,7 @@ fi
 for n in "${not_run[@]}"; do
   echo "  $n"
 done
-[ "$busy" -gt 0 ] && echo "  busy mode: $busy CPU hogs ran beside the suite"
+[ "$busy" -gt 0 ] && echo "  busy mode: CPU hogs beside the suite: $busy"
 
 if [ "$test_rc" -ne 0 ]; then
   exit "$test_rc"
