@@ -36,13 +36,12 @@ func TestRunnersReuseParkedGoroutine(t *testing.T) {
 	waitParked(t, r, 1)
 	// Two jobs at once: the parked runner takes one, a new goroutine the other.
 	release := make(chan struct{})
-	var running atomic.Int32
+	running := make(chan struct{}, 2)
 	for range 2 {
-		r.run(func() { running.Add(1); <-release })
+		r.run(func() { running <- struct{}{}; <-release })
 	}
-	for running.Load() != 2 {
-		time.Sleep(time.Millisecond)
-	}
+	<-running
+	<-running
 	r.mu.Lock()
 	parked := len(r.parked)
 	r.mu.Unlock()
@@ -54,21 +53,23 @@ func TestRunnersReuseParkedGoroutine(t *testing.T) {
 }
 
 func TestRunnersRetireIdleOnes(t *testing.T) {
-	exited := func(r *runners) bool {
+	// exited reports whether every runner of r has exited within d.
+	exited := func(r *runners, d time.Duration) bool {
 		done := make(chan struct{})
 		go func() { r.wg.Wait(); close(done) }()
 		select {
 		case <-done:
 			return true
-		case <-time.After(time.Second):
+		case <-time.After(d):
 			return false
 		}
 	}
-	// A runner parked for idleFor exits without a stop.
+	// A runner parked for idleFor exits without a stop: its exit is awaited, the bound
+	// only turns a runner that never exits into a failure instead of a hung test.
 	short := newRunners(20 * time.Millisecond)
 	defer short.stop(true)
 	short.run(func() {})
-	if !exited(short) {
+	if !exited(short, time.Minute) {
 		t.Fatal("the parked runner did not exit after idleFor")
 	}
 	ran := make(chan struct{})
@@ -77,7 +78,7 @@ func TestRunnersRetireIdleOnes(t *testing.T) {
 	// With a long idleFor it stays parked until stop.
 	long := newRunners(time.Hour)
 	long.run(func() {})
-	if exited(long) {
+	if exited(long, time.Second) {
 		t.Fatal("the runner exited before idleFor")
 	}
 	long.stop(true)

@@ -190,13 +190,26 @@ func TestPausedQueueIsNotWorkedUntilResumed(t *testing.T) {
 	if err := store.SetQueuePaused(b.ctx, b.db.Pool, "default", true); err != nil {
 		t.Fatal(err)
 	}
-	b.startWorker(t, b.fastConfig(5*time.Second))
+	tr := &claimsInFlight{}
+	fenceqtest.StartWorker(b.ctx, t, b.tracedPool(t, tr, 4), b.fastConfig(5*time.Second))
 	res, err := fenceq.Enqueue(b.ctx, b.db.Pool, echoArgs{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(500 * time.Millisecond) // ten poll intervals
-	if j, _ := store.GetJob(b.ctx, b.db.Pool, res.Job.ID); j.State != queue.StateAvailable {
+	// The worker has looked for the job: two claims that started after the insert
+	// committed have ended (more have ended than had started by then).
+	_, startedBefore, _ := tr.read()
+	fenceqtest.WaitFor(t, "two claims after the insert", 30*time.Second, func() bool {
+		return tr.ended() >= startedBefore+2
+	})
+	if _, _, withRows := tr.read(); withRows != 0 {
+		t.Fatalf("%d claims on the paused queue returned a job", withRows)
+	}
+	j, err := store.GetJob(b.ctx, b.db.Pool, res.Job.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.State != queue.StateAvailable {
 		t.Fatalf("paused queue's job is %s", j.State)
 	}
 	if err := store.SetQueuePaused(b.ctx, b.db.Pool, "default", false); err != nil {

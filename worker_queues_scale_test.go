@@ -51,6 +51,13 @@ func (c *claimsInFlight) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, d pgx.T
 	c.mu.Unlock()
 }
 
+// ended is the number of claims that have returned.
+func (c *claimsInFlight) ended() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n - c.now
+}
+
 func (c *claimsInFlight) read() (most, n, withRows int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -3,13 +3,16 @@ package idempotency_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/fenceq/fenceq/fenceqtest"
 	"github.com/fenceq/fenceq/idempotency"
 	"github.com/fenceq/fenceq/queue"
 )
@@ -83,37 +86,80 @@ func TestScopeDoRunsWorkOncePerKey(t *testing.T) {
 func TestScopeDoConcurrentRetriesReplay(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
+	const calls = 8
+	// The calls' own pool, named so that their sessions are found in pg_stat_activity.
+	app := "fenceq-idem-storm-" + b.db.Schema
+	pcfg, err := pgxpool.ParseConfig(b.db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pcfg.ConnConfig.RuntimeParams["application_name"] = app
+	pcfg.MaxConns = calls
+	pool, err := pgxpool.NewWithConfig(b.ctx, pcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
 	m := &counts{}
-	s := &idempotency.Scope{Name: "orders", Wait: 5 * time.Second, Metrics: m}
+	// Wait bounds a retry's wait for the first call, which holds its key until the
+	// test has seen every retry waiting: long enough for a busy machine.
+	s := &idempotency.Scope{Name: "orders", Wait: time.Minute, Metrics: m}
 	hash := hashOf(t, "same request")
 	var ran atomic.Int64
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	releaseAll := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(releaseAll)
 	var wg sync.WaitGroup
-	results := make([]*idempotency.Result, 8)
+	results := make([]*idempotency.Result, calls)
 	errs := make([]error, len(results))
 	for i := range results {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			results[i], errs[i] = s.Do(b.ctx, b.db.Pool, "storm", hash, func(ctx context.Context, tx pgx.Tx) (idempotency.Response, error) {
+			results[i], errs[i] = s.Do(b.ctx, pool, "storm", hash, func(ctx context.Context, tx pgx.Tx) (idempotency.Response, error) {
 				ran.Add(1)
-				time.Sleep(200 * time.Millisecond) // the retries arrive while this one is uncommitted
+				<-release // uncommitted until the retries wait for it
 				return idempotency.Response{Status: 201, Body: []byte("placed")}, nil
 			})
 		}()
 	}
+	// The retries arrive while the first call is uncommitted: each waits on its lock
+	// (on Citus, in the worker node's backend that works for the session, which shares
+	// its global pid).
+	waits := `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'`
+	if fenceqtest.OnCitus(t) {
+		waits = `SELECT count(DISTINCT w.global_pid) FROM citus_stat_activity w
+WHERE w.wait_event_type = 'Lock'
+  AND w.global_pid IN (SELECT c.global_pid FROM citus_stat_activity c WHERE c.application_name = $1)`
+	}
+	fenceqtest.WaitFor(t, fmt.Sprintf("%d calls waiting for the first one's key", calls-1), time.Minute, func() bool {
+		var n int
+		if err := b.db.Pool.QueryRow(b.ctx, waits, app).Scan(&n); err != nil {
+			t.Fatalf("read the sessions' lock waits: %v", err)
+		}
+		return n == calls-1
+	})
+	releaseAll()
 	wg.Wait()
-	replayed := 0
+	replayed, waited := 0, 0
 	for i, r := range results {
 		if errs[i] != nil || string(r.Response.Body) != "placed" {
 			t.Fatalf("call %d: %+v %v", i, r, errs[i])
 		}
 		if r.Replayed {
 			replayed++
+			if r.Waited {
+				waited++
+			}
 		}
 	}
 	if ran.Load() != 1 || replayed != len(results)-1 || m.replays.Load() != int64(replayed) {
 		t.Fatalf("work ran %d times, %d replays (metric %d); want once and %d replays", ran.Load(), replayed,
 			m.replays.Load(), len(results)-1)
+	}
+	if waited != replayed || m.waits.Load() != int64(waited) {
+		t.Fatalf("%d of %d replays waited for the first call (metric %d); want all", waited, replayed, m.waits.Load())
 	}
 }
 

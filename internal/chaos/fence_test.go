@@ -155,13 +155,26 @@ func pauseMidInvoice(t *testing.T, env *Env) (jobID int64, paused *Worker) {
 	if paused == nil {
 		t.Fatalf("no worker slot runs %s", first)
 	}
-	time.Sleep(300 * time.Millisecond) // into the 1.5 s tax call, past the idempotency check
+	// Into the 1.5 s tax call, past the idempotency check: the holder's read of the
+	// customer's usage, its last statement before the tax call, has returned (its
+	// session shows it as its last query, now idle).
+	invoices := func() int64 { return count(t, env.Pool, `SELECT count(*) FROM invoices`) }
+	fenceqtest.WaitFor(t, "the holder to read the usage before its tax call", 30*time.Second, func() bool {
+		return invoices() > 0 || count(t, env.Pool, `SELECT count(*) FROM pg_stat_activity
+			WHERE application_name = $1 AND state = 'idle' AND query LIKE '%FROM usage_records%'`, paused.AppName) > 0
+	})
 	proof, err := paused.Proc.Pause()
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("paused %s mid-invoice: %s", paused.Name, proof)
 	t.Cleanup(func() { _ = paused.Proc.Resume() })
+	// The fault struck where it is meant to: the paused process still holds the job and
+	// has written no invoice.
+	if h, n := holder(), invoices(); h != first || n != 0 {
+		t.Fatalf("the pause struck after the holder's tax call: the job is held by %q (want %s), %d invoices (want 0)",
+			h, first, n)
+	}
 	fenceqtest.WaitFor(t, "another worker to take the job over", 20*time.Second, func() bool {
 		h := holder()
 		return h != "" && h != first
@@ -205,7 +218,11 @@ func TestSamePauseFencedAndNaive(t *testing.T) {
 		if n := count(t, env.Pool, `SELECT count(*) FROM fenceq_lease_events WHERE job_id = $1 AND kind = 'revoked'`, jobID); n == 0 {
 			t.Fatal("the paused holder's lease was never revoked")
 		}
-		time.Sleep(time.Second) // let a late write of the resumed holder land, if the fence let one through
+		// A late write of the resumed holder, if the fence let one through, has landed
+		// once its process has exited: stopped gracefully, it ends its attempt first.
+		if err := paused.Proc.Stop(time.Minute); err != nil {
+			t.Fatalf("stop the resumed holder: %v", err)
+		}
 		if n := count(t, env.Pool, `SELECT count(*) FROM invoices`); n != 1 {
 			t.Fatalf("%d invoices; want exactly 1", n)
 		}

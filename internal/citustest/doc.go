@@ -7,6 +7,8 @@
 // demo in each, runs a chaos run with the terminate and kill faults, and runs the core
 // test suite (the root package, queue, outbox, idempotency, migrations and the built-in
 // jobs) a second time against the coordinator. It needs the citus extension in the
-// machine's PostgreSQL (.ci/ensure-citus builds it); in CI (FENCEQ_CI=1) its absence
-// fails the test, elsewhere it skips, saying so.
+// machine's PostgreSQL (.ci/ensure-citus builds it); without it the test fails, naming
+// how to build it, unless test.sh found no Citus source and said so (it sets
+// FENCEQ_CITUS_NOT_BUILT to the reason): then the test skips, naming the reason, and
+// test.sh reports it as not run. In CI (FENCEQ_CI=1) its absence always fails the test.
 package citustest

@@ -204,6 +204,12 @@ func TestRelayMarksPermanentRejectionsAndLastAttemptsFailed(t *testing.T) {
 		!strings.Contains(deref(exhausted.LastError), "mailbox full") {
 		t.Fatalf("row past its attempts: %+v (last error %q)", exhausted, deref(exhausted.LastError))
 	}
+	// Each delivery job ends after its row is marked failed (and counted): discarded.
+	// Until then the relay's handler may still be running, its metrics not yet counted,
+	// and an operator's retry refused.
+	for _, row := range []*outbox.Row{invalid, exhausted} {
+		fenceqtest.WaitState(t, b.db.Pool, *row.DeliveryJobID, queue.StateDiscarded, 10*time.Second)
+	}
 	if n := len(b.smtp.Received()); n != 0 {
 		t.Fatalf("server accepted %d messages, want 0", n)
 	}
