@@ -8,7 +8,8 @@
 #
 # What it does:
 #   - Finds what the tests need: PostgreSQL (a server, or the server binaries for the
-#     tests' throwaway clusters), PgBouncer's binary, Chromium, iproute2 (as root: the
+#     tests' throwaway clusters), PgBouncer's binary, Chromium, Python's psycopg 3, podman
+#     and runc (the container test), iproute2 (as root: the
 #     network-namespace tests), and a C compiler for -race. As root it installs what is
 #     missing from Debian's packages (no service is started by the install); otherwise it
 #     names in one line what is missing and how to get it, and exits with status 2.
@@ -128,6 +129,14 @@ elif [ -z "${TEST_DATABASE_URL:-}" ] && ! pg_server_installed; then
   fi
 fi
 pgbouncer_installed || need pgbouncer "pgbouncer (apt-get install pgbouncer)"
+# The SQL functions' Python example and the cross-language fence test run Python
+# endpoints with Debian's interpreter and its psycopg 3.
+/usr/bin/python3 -c 'import psycopg' >/dev/null 2>&1 ||
+  need python3-psycopg "python3-psycopg (apt-get install python3-psycopg, for /usr/bin/python3)"
+# The container test builds and runs the worker's image with podman and runc; podman's
+# recommended packages (overlay storage, networking helpers) come with it.
+command -v podman >/dev/null 2>&1 || need podman "podman (apt-get install podman)"
+command -v runc >/dev/null 2>&1 || need runc "runc (apt-get install runc)"
 [ -x "$(chromium_path)" ] || need chromium "chromium (apt-get install chromium, or set FENCEQ_CHROMIUM)"
 if [ "$root" = 1 ]; then
   command -v ip >/dev/null 2>&1 || need iproute2 "iproute2 (apt-get install iproute2)"
@@ -135,6 +144,16 @@ else
   # The network-namespace tests need root: they skip, saying so (FENCEQ_CI unset).
   not_run+=("network-namespace tests: not run (need root; they skip)")
 fi
+
+# recommends prints apt-get's option for recommended packages: none, but for podman,
+# whose storage and networking helpers are recommended ones.
+recommends() {
+  if printf '%s\n' "$@" | grep -qx podman; then
+    echo "--install-recommends"
+  else
+    echo "--no-install-recommends"
+  fi
+}
 
 # apt_install installs Debian packages without starting their services: policy-rc.d
 # answering 101 keeps the packages' scripts from starting them (PgBouncer's tests start
@@ -149,7 +168,7 @@ apt_install() {
   fi
   {
     apt-get -o DPkg::Lock::Timeout=600 update -q &&
-      apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends "$@"
+      apt-get -o DPkg::Lock::Timeout=600 install -y -q $(recommends "$@") "$@"
   } || rc=$?
   if [ -n "$own_policy" ]; then
     rm -f "$own_policy"
