@@ -23,7 +23,7 @@ var commandFlags = map[string][]string{
 	"worker": {"queues", "concurrency", "lease", "heartbeat", "reaper", "poll", "metrics-addr", "shutdown-timeout",
 		"id", "max-conns", "retention", "no-listen", "no-periodic", "periodic-interval", "periodic-grace",
 		"ui-addr", "ui-read-only", "ui-auth-basic", "ui-auth-token", "ui-refresh", "order-key-ttl", "mailer", "tax-latency", "tax-tail-probability",
-		"tax-tail", "tax-error-rate", "housekeeping-interval", "http", "http-secret", "http-timeout", "http-retry-4xx",
+		"tax-tail", "tax-error-rate", "housekeeping-interval", "http", "http-secret", "http-timeout", "http-retry-4xx", "http-config",
 		"log-level", "log-format", "database-url"},
 	"enqueue": {"args", "queue", "priority", "run-at", "in", "unique-key", "tag", "max-attempts", "allow-unknown-kind",
 		"database-url", "json"},

@@ -2,9 +2,11 @@ package cli_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -20,7 +22,8 @@ import (
 )
 
 // `fenceq worker --http KIND=URL` runs KIND by POSTing its args to URL, signed with the
-// secret; the response counts in fenceq_http_responses_total.
+// secret; the response counts in fenceq_http_responses_total. A kind of --http-config
+// runs the same way beside it.
 func TestWorkerHTTPKind(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -41,6 +44,14 @@ func TestWorkerHTTPKind(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	fromFile, err := fenceq.Enqueue(b.ctx, b.db.Pool, fenceq.RawArgs{KindName: "remote.file", JSON: []byte(`{"n": 4}`)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	config := filepath.Join(t.TempDir(), "http.conf")
+	if err := os.WriteFile(config, []byte("# HTTP kinds\n\nremote.file="+srv.URL+"/file timeout=10s  # the same endpoint\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 
 	ctx, cancel := context.WithCancel(b.ctx)
 	defer cancel()
@@ -50,12 +61,15 @@ func TestWorkerHTTPKind(t *testing.T) {
 		done <- runWithWriters(ctx, &stderr, "worker", "--database-url", b.db.URL, "--metrics-addr", "127.0.0.1:0",
 			"--queues", "default", "--poll", "100ms", "--no-periodic", "--shutdown-timeout", "1s",
 			"--mailer", "file:"+filepath.Join(t.TempDir(), "mail.jsonl"),
-			"--http", "remote.echo="+srv.URL+"/echo", "--http-secret", secret, "--http-timeout", "10s")
+			"--http", "remote.echo="+srv.URL+"/echo", "--http-secret", secret, "--http-timeout", "10s",
+			"--http-config", config)
 	}()
 	j := fenceqtest.WaitState(t, b.db.Pool, res.Job.ID, queue.StateCompleted, 20*time.Second)
-	if string(j.Output) != `{"echo": {"n": 3}}` || verified.Load() != 1 || refused.Load() != 0 {
-		t.Fatalf("output %s, %d verified and %d refused requests; want the echo of one signed request",
-			j.Output, verified.Load(), refused.Load())
+	jf := fenceqtest.WaitState(t, b.db.Pool, fromFile.Job.ID, queue.StateCompleted, 20*time.Second)
+	if string(j.Output) != `{"echo": {"n": 3}}` || string(jf.Output) != `{"echo": {"n": 4}}` ||
+		verified.Load() != 2 || refused.Load() != 0 {
+		t.Fatalf("outputs %s and %s, %d verified and %d refused requests; want the echoes of two signed requests",
+			j.Output, jf.Output, verified.Load(), refused.Load())
 	}
 	var addr string
 	if m := metricsAddrRe.FindStringSubmatch(stderr.String()); m != nil {
@@ -79,6 +93,16 @@ func TestWorkerHTTPKind(t *testing.T) {
 // URL or override.
 func TestWorkerHTTPRefusals(t *testing.T) {
 	t.Parallel()
+	dir := t.TempDir()
+	n := 0
+	conf := func(text string) string { // a --http-config file holding text
+		n++
+		path := filepath.Join(dir, fmt.Sprintf("%d.conf", n))
+		if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -90,6 +114,13 @@ func TestWorkerHTTPRefusals(t *testing.T) {
 		{[]string{"--http-retry-4xx", "k"}, "--http-retry-4xx k: no --http kind"},
 		{[]string{"--http", "k=http://a/", "--http-retry-4xx", "j", "--http-secret", "s"}, `--http-retry-4xx j: no --http kind "j"`},
 		{[]string{"--http", "k=http://a/", "--http-timeout", "-1s", "--http-secret", "s"}, "invalid --http-timeout"},
+		{[]string{"--http-config", filepath.Join(dir, "missing.conf"), "--http-secret", "s"}, "--http-config: open"},
+		{[]string{"--http-config", conf("k http://a/"), "--http-secret", "s"}, `:1: "k": want KIND=URL`},
+		{[]string{"--http-config", conf("\nk=http://a/ timeout=-1s"), "--http-secret", "s"}, `:2: invalid timeout "-1s"`},
+		{[]string{"--http-config", conf("k=http://a/ later"), "--http-secret", "s"}, `unknown option "later"`},
+		{[]string{"--http-config", conf("k=http://a/ retry-4xx=yes"), "--http-secret", "s"}, "retry-4xx takes no value"},
+		{[]string{"--http-config", conf("k=http://a/"), "--http", "k=http://b/", "--http-secret", "s"}, `kind "k" is already registered`},
+		{[]string{"--http-config", conf("k=http://a/")}, "--http needs a secret"},
 	} {
 		r := runCLI(t.Context(), append(append([]string{"worker"}, tc.args...), "--database-url", "postgres://u@127.0.0.1:1/x")...)
 		oneErrorLine(t, r, tc.want)
