@@ -4,58 +4,15 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"unicode/utf8"
 
 	"github.com/fenceq/fenceq/idempotency"
+	"github.com/fenceq/fenceq/internal/jsontest"
 	"github.com/fenceq/fenceq/queue"
 )
-
-// reordered encodes v, a decoded JSON value, with every object's keys in reverse order
-// and whitespace around every token: the same request as a client could send it.
-func reordered(v any) []byte {
-	var b bytes.Buffer
-	var enc func(v any)
-	enc = func(v any) {
-		switch x := v.(type) {
-		case map[string]any:
-			keys := make([]string, 0, len(x))
-			for k := range x {
-				keys = append(keys, k)
-			}
-			slices.Sort(keys)
-			slices.Reverse(keys)
-			b.WriteString("{ ")
-			for i, k := range keys {
-				if i > 0 {
-					b.WriteString(" ,\n ")
-				}
-				kb, _ := json.Marshal(k)
-				b.Write(kb)
-				b.WriteString(" :\t")
-				enc(x[k])
-			}
-			b.WriteString(" }")
-		case []any:
-			b.WriteString("[ ")
-			for i, e := range x {
-				if i > 0 {
-					b.WriteString(" , ")
-				}
-				enc(e)
-			}
-			b.WriteString(" ]")
-		default:
-			vb, _ := json.Marshal(x)
-			b.Write(vb)
-		}
-	}
-	enc(v)
-	return b.Bytes()
-}
 
 type fuzzRequest struct {
 	Customer string            `json:"customer"`
@@ -111,7 +68,7 @@ func FuzzHashRequest(f *testing.F) {
 		if err != nil {
 			t.Fatalf("HashRequest of the decoded %q: %v", body, err)
 		}
-		again := reordered(v)
+		again := jsontest.Reordered(v)
 		var v2 any
 		if err := json.Unmarshal(again, &v2); err != nil {
 			t.Fatalf("re-encoded %q as %q, which does not decode: %v", body, again, err)

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/fenceq/fenceq/internal/jsontest"
 	"github.com/fenceq/fenceq/queue"
 )
 
@@ -62,7 +63,7 @@ func FuzzRequestHash(f *testing.F) {
 		if err := json.Unmarshal(body, &generic); err != nil {
 			t.Fatalf("a body the handler decoded does not decode as JSON: %v", err)
 		}
-		again := reorderedJSON(generic)
+		again := jsontest.Reordered(generic)
 		req2, code, msg := decodeBody(again)
 		if code != "" {
 			t.Fatalf("body %q re-encoded as %q is refused: %s %s", body, again, code, msg)
@@ -83,48 +84,4 @@ func FuzzRequestHash(f *testing.F) {
 func decodeBody(body []byte) (Request, string, string) {
 	r := httptest.NewRequest(http.MethodPost, "/orders", bytes.NewReader(body))
 	return decodeRequest(httptest.NewRecorder(), r)
-}
-
-// reorderedJSON encodes a decoded JSON value with every object's keys in reverse order
-// and whitespace between the tokens.
-func reorderedJSON(v any) []byte {
-	var b bytes.Buffer
-	var enc func(v any)
-	enc = func(v any) {
-		switch x := v.(type) {
-		case map[string]any:
-			keys := make([]string, 0, len(x))
-			for k := range x {
-				keys = append(keys, k)
-			}
-			slices.Sort(keys)
-			slices.Reverse(keys)
-			b.WriteString("{\n")
-			for i, k := range keys {
-				if i > 0 {
-					b.WriteString(" , ")
-				}
-				kb, _ := json.Marshal(k)
-				b.Write(kb)
-				b.WriteString(" : ")
-				enc(x[k])
-			}
-			b.WriteString("\n}")
-		case []any:
-			b.WriteString("[ ")
-			for i, e := range x {
-				if i > 0 {
-					b.WriteString(" ,\t")
-				}
-				enc(e)
-			}
-			b.WriteString(" ]")
-		default:
-			// Numbers of a valid order are integers below 2^53: float64 keeps them.
-			vb, _ := json.Marshal(x)
-			b.Write(vb)
-		}
-	}
-	enc(v)
-	return b.Bytes()
 }
