@@ -85,16 +85,26 @@ func testOnePhase(t *testing.T, ctx context.Context, c *pgcluster.Citus) {
 	onePhase("Claim", func() error { claimed = claim("q", 10); return nil })
 	onePhase("Heartbeat", func() error { _, err := store.Heartbeat(ctx, pool, "w", claimed, time.Minute); return err })
 	onePhase("Complete", func() error { return store.Complete(ctx, pool, claimed[0]) })
+	onePhase("Complete under the lease that completed it", func() error {
+		// The attempt's own completion, found: it counts once, no stale write.
+		if err := store.Complete(ctx, pool, claimed[0]); err != nil {
+			t.Errorf("second completion under the completing lease: %v; want nil", err)
+		}
+		return nil
+	})
+	// A generation before the claim's: a holder whose lease was taken from it.
+	stale := claimed[0]
+	stale.Gen--
 	onePhase("Complete of a lost lease", func() error {
-		if err := store.Complete(ctx, pool, claimed[0]); !errors.Is(err, queue.ErrLeaseLost) {
-			t.Errorf("second completion: %v; want a lost lease", err)
+		if err := store.Complete(ctx, pool, stale); !errors.Is(err, queue.ErrLeaseLost) {
+			t.Errorf("completion under an older generation: %v; want a lost lease", err)
 		}
 		return nil
 	})
 	onePhase("CompleteMany with a lost lease", func() error {
-		lost, err := store.CompleteMany(ctx, pool, "w", claimed[0:3])
-		if err == nil && (len(lost) != 1 || lost[0] != claimed[0]) {
-			t.Errorf("lost %v; want only %v", lost, claimed[0])
+		lost, err := store.CompleteMany(ctx, pool, "w", []queue.Lease{stale, claimed[1], claimed[2]})
+		if err == nil && (len(lost) != 1 || lost[0] != stale) {
+			t.Errorf("lost %v; want only %v", lost, stale)
 		}
 		return err
 	})

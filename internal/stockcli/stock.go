@@ -76,11 +76,14 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 func setupBuiltin(env *cli.WorkerEnv) error {
 	c, log := env.Context, env.Logger
 	for _, s := range []migrations.Set{invoice.Migrations(), order.Migrations()} {
-		rep, err := s.Status(c.Context, env.Pool)
-		if err != nil {
-			return err
+		// A plain catalog read, not the set's Status: that takes golang-migrate's session
+		// advisory lock, which a PgBouncer in transaction pooling mode can leave held on
+		// a server connection, stalling every later start.
+		var installed bool
+		if err := env.Pool.QueryRow(c.Context, `SELECT to_regclass($1) IS NOT NULL`, s.Table).Scan(&installed); err != nil {
+			return fmt.Errorf("check the %s set's version table: %w", s.Name, err)
 		}
-		if !rep.Installed {
+		if !installed {
 			env.OnStart(func() {
 				log.Warn("a built-in job's tables are not installed: its jobs fail until they are",
 					"set", s.Name, "install", "fenceq migrate up --set "+s.Name)
