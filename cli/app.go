@@ -17,13 +17,11 @@ import (
 	"strings"
 
 	ucli "github.com/urfave/cli/v2"
-
-	"github.com/fenceq/fenceq/internal/clikit"
 )
 
 // DefaultDatabaseURL is the database used when neither --database-url nor DATABASE_URL
 // is given: the local server.
-const DefaultDatabaseURL = clikit.DefaultDatabaseURL
+const DefaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 
 // Exit statuses.
 const (

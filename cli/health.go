@@ -32,9 +32,6 @@ func healthFlags() []ucli.Flag {
 	}
 }
 
-// Condition is one alert condition and whether it holds.
-type Condition = health.Condition
-
 // positiveDurations returns a usage error for the first of the duration flags that is
 // not positive.
 func positiveDurations(c *ucli.Context, flags ...string) error {

@@ -5,7 +5,6 @@ import (
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/fenceq/fenceq/internal/clikit"
-	"github.com/fenceq/fenceq/internal/redact"
 	"github.com/fenceq/fenceq/migrations"
 )
 
@@ -30,10 +29,6 @@ var (
 	newLogger       = clikit.NewLogger
 	oneLine         = clikit.OneLine
 )
-
-// RedactURL hides the password of a connection string, URL or key=value form:
-// postgres://u:secret@host/db becomes postgres://u:xxxxx@host/db.
-func RedactURL(raw string) string { return redact.URL(raw) }
 
 // openSchema connects and checks that the given migration sets (the core's when none)
 // are current: what every admin command starts with.

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/fenceq/fenceq"
+	"github.com/fenceq/fenceq/cli"
+	"github.com/fenceq/fenceq/internal/connect"
 	"github.com/fenceq/fenceq/migrations"
 )
 
@@ -76,5 +78,12 @@ func TestVersionIsSemantic(t *testing.T) {
 	t.Parallel()
 	if !regexp.MustCompile(`^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(-dev)?$`).MatchString(fenceq.Version) {
 		t.Errorf("fenceq.Version = %q, want MAJOR.MINOR.PATCH with an optional -dev suffix", fenceq.Version)
+	}
+}
+
+// The CLI's default database is the one the internal connection helpers fall back to.
+func TestDefaultDatabaseURL(t *testing.T) {
+	if cli.DefaultDatabaseURL != connect.DefaultURL {
+		t.Fatalf("cli.DefaultDatabaseURL %q, internal/connect.DefaultURL %q", cli.DefaultDatabaseURL, connect.DefaultURL)
 	}
 }

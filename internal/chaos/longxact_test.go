@@ -20,6 +20,7 @@ import (
 	"github.com/fenceq/fenceq/cli"
 	"github.com/fenceq/fenceq/fenceqprom"
 	"github.com/fenceq/fenceq/fenceqtest"
+	"github.com/fenceq/fenceq/health"
 	"github.com/fenceq/fenceq/internal/chaos"
 	"github.com/fenceq/fenceq/jobs/diag"
 )
@@ -116,7 +117,7 @@ func TestLongTransaction(t *testing.T) {
 		t.Fatalf("fenceq health exited %d; want %d (alert)\n%s%s", code, cli.ExitError, stdout.String(), stderr.String())
 	}
 	var rep struct {
-		Conditions []cli.Condition `json:"conditions"`
+		Conditions []health.Condition `json:"conditions"`
 	}
 	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
 		t.Fatalf("health --json: %v\n%s", err, stdout.String())
