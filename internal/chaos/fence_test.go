@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"regexp"
 	"strconv"
@@ -120,7 +121,13 @@ func TestCommitOutcomeUnknown(t *testing.T) {
 	}
 }
 
-// pauseMidInvoice bills one customer with a tax call of 1.5 s, pauses whichever worker
+// midInvoiceTax is the tax call's latency in the mid-invoice pause tests: the window in
+// which the test must see the holder's usage read and stop it. It is wide so that a busy
+// machine, slow to poll, still strikes inside it; the check after the pause fails the
+// test, rather than let it pass, when the pause landed late all the same.
+const midInvoiceTax = 5 * time.Second
+
+// pauseMidInvoice bills one customer with a slow tax call (midInvoiceTax), pauses whichever worker
 // claimed the invoice job while it is inside the tax call, waits until the other
 // worker took the job over and wrote the invoice, then resumes the paused one. It
 // returns the database pool, the job id and the slot that was paused.
@@ -155,7 +162,7 @@ func pauseMidInvoice(t *testing.T, env *Env) (jobID int64, paused *Worker) {
 	if paused == nil {
 		t.Fatalf("no worker slot runs %s", first)
 	}
-	// Into the 1.5 s tax call, past the idempotency check: the holder's read of the
+	// Into the tax call, past the idempotency check: the holder's read of the
 	// customer's usage, its last statement before the tax call, has returned (its
 	// session shows it as its last query, now idle).
 	invoices := func() int64 { return count(t, env.Pool, `SELECT count(*) FROM invoices`) }
@@ -175,11 +182,11 @@ func pauseMidInvoice(t *testing.T, env *Env) (jobID int64, paused *Worker) {
 		t.Fatalf("the pause struck after the holder's tax call: the job is held by %q (want %s), %d invoices (want 0)",
 			h, first, n)
 	}
-	fenceqtest.WaitFor(t, "another worker to take the job over", 20*time.Second, func() bool {
+	fenceqtest.WaitFor(t, "another worker to take the job over", 30*time.Second, func() bool {
 		h := holder()
 		return h != "" && h != first
 	})
-	fenceqtest.WaitFor(t, "the other worker to write the invoice", 20*time.Second, func() bool {
+	fenceqtest.WaitFor(t, "the other worker to write the invoice", 30*time.Second+midInvoiceTax, func() bool {
 		return count(t, env.Pool, `SELECT count(*) FROM invoices`) >= 1
 	})
 	if err := paused.Proc.Resume(); err != nil {
@@ -204,9 +211,9 @@ func TestSamePauseFencedAndNaive(t *testing.T) {
 	t.Run("Fenced", func(t *testing.T) {
 		t.Parallel()
 		env := newTestEnv(t, EnvConfig{Workers: 2,
-			TaxArgs: []string{"--tax-latency", "1500ms-1500ms", "--tax-tail-probability", "0"}})
+			TaxArgs: []string{"--tax-latency", fmt.Sprintf("%s-%s", midInvoiceTax, midInvoiceTax), "--tax-tail-probability", "0"}})
 		jobID, paused := pauseMidInvoice(t, env)
-		fenceqtest.WaitFor(t, "the resumed holder to learn it lost the lease", 20*time.Second, func() bool {
+		fenceqtest.WaitFor(t, "the resumed holder to learn it lost the lease", 20*time.Second+midInvoiceTax, func() bool {
 			return count(t, env.Pool, `SELECT count(*) FROM fenceq_lease_events WHERE job_id = $1
 				AND kind IN ('stale_write_rejected', 'expired_holder_alive') AND worker_id = $2`, jobID, paused.ID()) > 0
 		})
@@ -241,9 +248,9 @@ func TestSamePauseFencedAndNaive(t *testing.T) {
 	t.Run("Naive", func(t *testing.T) {
 		t.Parallel()
 		env := newTestEnv(t, EnvConfig{Workers: 2, Naive: true,
-			NaiveArgs: []string{"--tax-min=1500ms", "--tax-max=1500ms", "--tax-tail=0"}})
+			NaiveArgs: []string{"--tax-min=" + midInvoiceTax.String(), "--tax-max=" + midInvoiceTax.String(), "--tax-tail=0"}})
 		pauseMidInvoice(t, env)
-		fenceqtest.WaitFor(t, "the resumed naive holder to write a second invoice", 20*time.Second, func() bool {
+		fenceqtest.WaitFor(t, "the resumed naive holder to write a second invoice", 20*time.Second+midInvoiceTax, func() bool {
 			return count(t, env.Pool, `SELECT count(*) FROM invoices`) == 2
 		})
 		rep, err := verify.Run(context.Background(), env.Pool, verify.Options{})
