@@ -19,7 +19,8 @@ import (
 //
 // A later call replaces an earlier one; a nil v (JSON null) records no output. An
 // encoding larger than queue.MaxOutputBytes is a *queue.ValidationError naming "output" (matching
-// queue.ErrInvalid) and leaves the previous output in place. RecordOutput also fails when v
+// queue.ErrInvalid) and leaves the previous output in place, and so is an encoding
+// jsonb cannot store (a string holding NUL). RecordOutput also fails when v
 // does not encode, when ctx is not a running job's, and once the job can no longer
 // take output: after its Job.Commit succeeded, or after its handler returned.
 func RecordOutput(ctx context.Context, v any) error {
@@ -34,6 +35,11 @@ func RecordOutput(ctx context.Context, v any) error {
 	if len(b) > queue.MaxOutputBytes {
 		return fmt.Errorf("record output of job %d: %w", e.lease.JobID, &queue.ValidationError{Field: "output",
 			Reason: fmt.Sprintf("%d bytes of JSON, over the limit of %d (MaxOutputBytes)", len(b), queue.MaxOutputBytes)})
+	}
+	// What jsonb cannot store (a NUL in a string) fails here, in the handler, rather
+	// than the job's completion.
+	if err := queue.ValidateOutput(b); err != nil {
+		return fmt.Errorf("record output of job %d: %w", e.lease.JobID, err)
 	}
 	if string(b) == "null" {
 		b = nil

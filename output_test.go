@@ -55,6 +55,12 @@ func TestRecordOutputWrittenWithCompletion(t *testing.T) {
 			if !errors.Is(err, queue.ErrInvalid) || !errors.As(err, &ve) || ve.Field != "output" {
 				return fenceq.JobDiscard(errors.New("too large output accepted or wrong error: " + errString(err)))
 			}
+			// A string holding NUL encodes, but jsonb cannot store it: refused here, not
+			// at the completion, and the output recorded before stays.
+			err = fenceq.RecordOutput(ctx, "a\x00b")
+			if !errors.Is(err, queue.ErrInvalid) || !errors.As(err, &ve) || ve.Field != "output" {
+				return fenceq.JobDiscard(errors.New("output with a NUL accepted or wrong error: " + errString(err)))
+			}
 			return nil
 		case "fails":
 			if err := fenceq.RecordOutput(ctx, "never stored"); err != nil {

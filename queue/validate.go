@@ -111,10 +111,9 @@ func ValidateArgs(args []byte, maxBytes int) error {
 	return validateObject("args", args, maxBytes)
 }
 
-// validateObject checks that b is one JSON object of at most maxBytes that jsonb can
-// store; errors name field.
 // ValidateOutput checks a job's output as the completions write it: nil (no output) or
-// one JSON value of at most MaxOutputBytes.
+// one JSON value of at most MaxOutputBytes that jsonb can store (no NUL in a string, no
+// lone surrogate, numbers within numeric's range).
 func ValidateOutput(b []byte) error {
 	if b == nil {
 		return nil
@@ -125,9 +124,14 @@ func ValidateOutput(b []byte) error {
 	if !json.Valid(b) {
 		return invalid("output", "not one JSON value")
 	}
+	if reason := jsonbUnstorable(b); reason != "" {
+		return invalid("output", "%s", reason)
+	}
 	return nil
 }
 
+// validateObject checks that b is one JSON object of at most maxBytes that jsonb can
+// store; errors name field.
 func validateObject(field string, b []byte, maxBytes int) error {
 	if len(b) > maxBytes {
 		return invalid(field, "%d bytes, over the limit of %d", len(b), maxBytes)
