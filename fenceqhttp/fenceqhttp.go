@@ -21,8 +21,8 @@
 //     answers: the rows and the completion commit together, and only under the lease. The
 //     worker's own completion then finds the job completed under the same generation and
 //     writes nothing more. Otherwise the worker completes the job and records the body
-//     as its output (fenceq.RecordOutput): as JSON when it is JSON, else as a JSON
-//     string, cut to fit queue.MaxOutputBytes.
+//     as its output (fenceq.RecordOutput): as JSON when it is JSON that jsonb can store,
+//     else as a JSON string (NUL bytes replaced), cut to fit queue.MaxOutputBytes.
 //   - 429 or 503 with Retry-After (seconds or an HTTP date): the job is snoozed for that
 //     long (fenceq.JobSnooze); no attempt is used up.
 //   - any other 4xx: the job is discarded (fenceq.JobDiscard), the status and the start
@@ -245,10 +245,12 @@ func output(b []byte) json.RawMessage {
 	if len(bytes.TrimSpace(b)) == 0 {
 		return nil
 	}
-	if len(b) <= queue.MaxOutputBytes && json.Valid(b) {
+	if len(b) <= queue.MaxOutputBytes && json.Valid(b) && queue.ValidateOutput(b) == nil {
 		return json.RawMessage(b)
 	}
+	// Else the body as text, in what jsonb can store: valid UTF-8 without NUL.
 	s := strings.ToValidUTF8(string(b), "\uFFFD")
+	s = strings.ReplaceAll(s, "\x00", "\uFFFD")
 	for {
 		enc, err := json.Marshal(s)
 		if err == nil && len(enc) <= queue.MaxOutputBytes {

@@ -157,6 +157,9 @@ func TestSuccessRecordsTheBodyAsOutput(t *testing.T) {
 		"text":     {"done, 42 rows", `"done, 42 rows"`},
 		"empty":    {"", ""},
 		"bad json": {`{"total": `, `"{\"total\": "`},
+		// JSON jsonb cannot store (a NUL escape) is kept as text; a raw NUL byte is replaced.
+		"nul escape": {`{"a": "x\u0000"}`, `"{\"a\": \"x\\u0000\"}"`},
+		"nul byte":   {"a\x00b", "\"a\uFFFDb\""},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
