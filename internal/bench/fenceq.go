@@ -135,11 +135,13 @@ func (s *fenceqSystem) start(ctx context.Context, e *env, h hooks) (func(context
 	hs := fenceq.NewHandlers()
 	fenceq.AddHandler(hs, func(ctx context.Context, j *fenceq.Job[noopArgs]) error {
 		h.started(j.Args.Seq)
+		defer h.handlerReturned()
 		pause(ctx, s.cfg.JobSleep)
 		return nil
 	}, nil)
 	fenceq.AddHandler(hs, func(ctx context.Context, j *fenceq.Job[fencedArgs]) error {
 		h.started(j.Args.Seq)
+		defer h.handlerReturned()
 		pause(ctx, s.cfg.JobSleep)
 		if s.cfg.CommitWrites {
 			return j.CommitWrites(ctx, resultWrites(j.ID))

@@ -80,8 +80,10 @@ func readRSS() uint64 {
 // Collections cost the side CPU time, so only runs whose jobs sleep (Config.JobSleep)
 // are precise, and only they report memory per running job.
 type memWatch struct {
+	// started and returned count the handlers that began and returned: the jobs
+	// running are those between, whatever the completions written since.
 	started  atomic.Int64
-	finished func() int64
+	returned atomic.Int64
 	base     memSample
 	precise  bool
 	gcAt     int64 // running jobs at the last collection
@@ -95,12 +97,12 @@ type memWatch struct {
 }
 
 // startMemWatch returns the process's memory to the operating system, takes the base
-// sample, and starts sampling. finished reports the jobs completed so far.
-func startMemWatch(finished func() int64, precise bool) *memWatch {
+// sample, and starts sampling.
+func startMemWatch(precise bool) *memWatch {
 	// Collected and returned first, so that what the previous phase (the prefill, the
 	// other side's run) left behind is not counted as this run's.
 	debug.FreeOSMemory()
-	w := &memWatch{finished: finished, precise: precise, stop: make(chan struct{})}
+	w := &memWatch{precise: precise, stop: make(chan struct{})}
 	buf := make([]metrics.Sample, len(goMemMetrics))
 	w.base = sampleMemory(buf)
 	w.wg.Add(1)
@@ -115,7 +117,7 @@ func startMemWatch(finished func() int64, precise bool) *memWatch {
 				return
 			case <-t.C:
 			}
-			running := w.started.Load() - w.finished()
+			running := w.started.Load() - w.returned.Load()
 			if !w.precise {
 				s := sampleMemory(buf)
 				w.maxRSS = max(w.maxRSS, s.rss)
@@ -132,7 +134,7 @@ func startMemWatch(finished func() int64, precise bool) *memWatch {
 			if running >= minRunningForMemory && running > w.peakRunning && running != w.gcAt && grew {
 				runtime.GC()
 				w.gcAt = running
-				if w.started.Load()-w.finished() == running {
+				if w.started.Load()-w.returned.Load() == running {
 					s := sampleMemory(buf)
 					w.maxRSS = max(w.maxRSS, s.rss)
 					w.peakRunning, w.atPeak = running, s

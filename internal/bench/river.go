@@ -39,6 +39,7 @@ type riverNoopWorker struct {
 
 func (w *riverNoopWorker) Work(ctx context.Context, j *river.Job[riverNoopArgs]) error {
 	w.h.started(j.Args.Seq)
+	defer w.h.handlerReturned()
 	pause(ctx, w.sleep)
 	return nil
 }
@@ -56,6 +57,7 @@ type riverFencedWorker struct {
 // transaction, River's transactional completion (JobCompleteTx).
 func (w *riverFencedWorker) Work(ctx context.Context, j *river.Job[riverFencedArgs]) error {
 	w.h.started(j.Args.Seq)
+	defer w.h.handlerReturned()
 	pause(ctx, w.sleep)
 	tx, err := w.pool.Begin(ctx)
 	if err != nil {

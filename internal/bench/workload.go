@@ -50,8 +50,17 @@ func pause(ctx context.Context, d time.Duration) {
 type hooks struct {
 	// started is called when a handler begins working the job with this seq.
 	started func(seq int64)
+	// returned, when set, is called when that handler returns.
+	returned func()
 	// done is called with n after n jobs' completions were written.
 	done func(n int)
+}
+
+// handlerReturned calls returned when it is set.
+func (h hooks) handlerReturned() {
+	if h.returned != nil {
+		h.returned()
+	}
 }
 
 // system is one side of the comparison.
@@ -322,9 +331,9 @@ func drainLimit(n int) time.Duration { return time.Minute + time.Duration(n)*tim
 func measureDrain(ctx context.Context, e *env, s system) (measured, error) {
 	n := int64(e.cfg.Jobs)
 	c := newCounter()
-	mem := startMemWatch(c.n.Load, e.cfg.JobSleep > 0)
+	mem := startMemWatch(e.cfg.JobSleep > 0)
 	t0 := time.Since(c.base)
-	stop, err := s.start(ctx, e, hooks{started: func(int64) { mem.started.Add(1) }, done: c.done})
+	stop, err := s.start(ctx, e, hooks{started: func(int64) { mem.started.Add(1) }, returned: func() { mem.returned.Add(1) }, done: c.done})
 	if err != nil {
 		mem.end(map[string]float64{})
 		return measured{}, fmt.Errorf("start %s: %w", s.name(), err)
