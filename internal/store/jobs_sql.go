@@ -5,7 +5,7 @@ package store
 // out for the batched statements and as leaseGuard (lockedGuard in the fenced
 // transaction) for the single-lease ones:
 //
-//	grep -n "lease_gen = \|leaseGuard\|lockedGuard" queue/*_sql.go
+//	grep -n "lease_gen = \|leaseGuard\|lockedGuard" internal/store/*_sql.go
 //
 // Times are always the database's (now()); durations arrive as microseconds. States and
 // event kinds come from vocab.go.
