@@ -55,7 +55,7 @@ ORDER BY o.id DESC LIMIT $4`
 // $5 the running job state.
 const fence = `
 WITH fence AS (
-    SELECT id AS fence_job_id, lease_expires_at AS fence_expires FROM fenceq_jobs
+    SELECT id AS fence_job_id, lease_expires_at AS fence_expires FROM fenceq_jobs_hot
     WHERE id = $2 AND lease_gen = $3 AND state = $5
     FOR SHARE)
 `

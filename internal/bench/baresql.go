@@ -36,7 +36,7 @@ func newCeilingSystem(cfg Config) *ceilingSystem {
 }
 
 func (s *ceilingSystem) name() string     { return SystemCeiling }
-func (s *ceilingSystem) jobTable() string { return "fenceq_jobs" }
+func (s *ceilingSystem) jobTable() string { return "fenceq_jobs_hot" }
 
 func (s *ceilingSystem) describe() string {
 	if s.cfg.Workload == WorkloadFenced {

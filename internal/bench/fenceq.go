@@ -28,7 +28,7 @@ type fenceqSystem struct{ cfg Config }
 func newFenceqSystem(cfg Config) *fenceqSystem { return &fenceqSystem{cfg: cfg} }
 
 func (s *fenceqSystem) name() string     { return SystemFenceq }
-func (s *fenceqSystem) jobTable() string { return "fenceq_jobs" }
+func (s *fenceqSystem) jobTable() string { return "fenceq_jobs_hot" }
 
 func (s *fenceqSystem) workerConfig(hs *fenceq.Handlers, hooks ...fenceq.Hook) fenceq.Config {
 	queues := make(map[string]fenceq.QueueConfig, len(s.cfg.queueNames))

@@ -24,8 +24,9 @@ SELECT (SELECT count(*) FROM bench_results), (SELECT count(*) FROM bench_outbox)
 // Retained finished jobs, inserted server-side from generate_series: $1 the first, $2
 // the last sequence number (stored negated, so the run's own jobs are told apart).
 const sqlRetainFenceq = `
-INSERT INTO fenceq_jobs (queue, kind, args, state, attempt, lease_gen, finished_at, run_at, created_at)
-SELECT 'default', 'bench_noop', jsonb_build_object('seq', -g), 'completed', 1, 1,
+INSERT INTO fenceq_jobs_history (id, queue, kind, args, state, attempt, lease_gen, finished_at, run_at, created_at)
+SELECT nextval(pg_get_serial_sequence('fenceq_jobs_hot', 'id')), 'default', 'bench_noop', jsonb_build_object('seq', -g),
+       'completed', 1, 1,
        now() - interval '1 hour', now() - interval '1 hour', now() - interval '1 hour'
 FROM generate_series($1::bigint, $2::bigint) g`
 
@@ -57,26 +58,26 @@ FROM river_job WHERE (args->>'seq')::bigint >= 0`
 // coordinator refuses several in one query).
 var sqlCeilingIndex = []string{
 	`DROP INDEX IF EXISTS fenceq_jobs_claim_idx`,
-	`CREATE INDEX fenceq_jobs_claim_idx ON fenceq_jobs (state, queue, priority, run_at, id)`,
+	`CREATE INDEX fenceq_jobs_claim_idx ON fenceq_jobs_hot (state, queue, priority, run_at, id)`,
 }
 
 // Bare-SQL ceiling: the reference claim, from the start of the claim order, returning
 // only (id, lease_gen), and the batched fenced completion. $1 limit, $2 claimer id.
 const sqlCeilingClaim = `
 WITH next AS (
-    SELECT id FROM fenceq_jobs
+    SELECT id FROM fenceq_jobs_hot
     WHERE state = 'available' AND queue = 'default' AND run_at <= now()
     ORDER BY priority, run_at, id
     LIMIT $1
     FOR UPDATE SKIP LOCKED)
-UPDATE fenceq_jobs j
+UPDATE fenceq_jobs_hot j
 SET state = 'running', attempt = attempt + 1, lease_gen = lease_gen + 1,
     leased_by = $2, heartbeat_at = now(), lease_expires_at = now() + interval '1 minute'
 FROM next WHERE j.id = next.id
 RETURNING j.id, j.lease_gen`
 
 const sqlCeilingComplete = `
-UPDATE fenceq_jobs j SET state = 'completed', finished_at = now(), lease_expires_at = NULL
+UPDATE fenceq_jobs_hot j SET state = 'completed', finished_at = now(), lease_expires_at = NULL
 FROM unnest($1::bigint[], $2::bigint[]) AS l(id, gen)
 WHERE j.id = l.id AND j.lease_gen = l.gen AND j.state = 'running'`
 
@@ -84,10 +85,10 @@ WHERE j.id = l.id AND j.lease_gen = l.gen AND j.state = 'running'`
 // statements: the running state is compared to a subquery, so that the row is found by
 // its primary key (see lockedGuard in package queue). $1 id, $2 lease generation.
 const sqlCeilingLock = `
-SELECT state FROM fenceq_jobs WHERE id = $1 AND lease_gen = $2 AND state = (SELECT 'running'::text) FOR UPDATE`
+SELECT state FROM fenceq_jobs_hot WHERE id = $1 AND lease_gen = $2 AND state = (SELECT 'running'::text) FOR UPDATE`
 
 const sqlCeilingCompleteOne = `
-UPDATE fenceq_jobs SET state = 'completed', finished_at = now(), lease_expires_at = NULL
+UPDATE fenceq_jobs_hot SET state = 'completed', finished_at = now(), lease_expires_at = NULL
 WHERE id = $1 AND lease_gen = $2 AND state = (SELECT 'running'::text)`
 
 // Statistics. pg_stat_user_tables by the table's oid in the run's schema.

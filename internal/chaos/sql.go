@@ -28,9 +28,9 @@ BEGIN
     RETURN NULL;
 END;
 $$;
-DROP TRIGGER IF EXISTS chaos_lease_log_update ON fenceq_jobs;
+DROP TRIGGER IF EXISTS chaos_lease_log_update ON fenceq_jobs_hot;
 CREATE TRIGGER chaos_lease_log_update
-    AFTER UPDATE ON fenceq_jobs
+    AFTER UPDATE ON fenceq_jobs_hot
     REFERENCING NEW TABLE AS new_rows OLD TABLE AS old_rows
     FOR EACH STATEMENT EXECUTE FUNCTION chaos_lease_log_record();`
 
@@ -189,11 +189,11 @@ FROM fenceq_jobs WHERE kind = 'sleep'`
 // expired (like SET NX PX: whoever comes after the expiry gets it), without bumping any
 // generation. $1 worker id, $2 lease (µs).
 const sqlNaiveClaim = `
-UPDATE fenceq_jobs SET state = 'running', leased_by = $1, attempt = attempt + 1,
+UPDATE fenceq_jobs_hot SET state = 'running', leased_by = $1, attempt = attempt + 1,
     attempted_at = now(), heartbeat_at = now(),
     lease_expires_at = now() + $2::bigint * interval '1 microsecond'
 WHERE id = (
-    SELECT id FROM fenceq_jobs
+    SELECT id FROM fenceq_jobs_hot
     WHERE run_at <= now()
       AND (state IN ('available', 'scheduled', 'retryable') OR (state = 'running' AND lease_expires_at < now()))
     ORDER BY priority, run_at, id
@@ -203,7 +203,7 @@ RETURNING id, kind, args, attempt`
 
 // sqlNaiveHeartbeat renews the leases by id alone: no holder, no generation.
 const sqlNaiveHeartbeat = `
-UPDATE fenceq_jobs SET heartbeat_at = now(), lease_expires_at = now() + $2::bigint * interval '1 microsecond'
+UPDATE fenceq_jobs_hot SET heartbeat_at = now(), lease_expires_at = now() + $2::bigint * interval '1 microsecond'
 WHERE id = ANY($1::bigint[])`
 
 const sqlNaiveWorkerBeat = `
@@ -215,16 +215,16 @@ const sqlNaiveWorkerGone = `DELETE FROM fenceq_workers WHERE id = $1`
 // sqlNaiveComplete and sqlNaiveRelease are unconditional: whoever holds the job now,
 // the naive worker's write wins.
 const sqlNaiveComplete = `
-UPDATE fenceq_jobs SET state = 'completed', finished_at = now(), lease_expires_at = NULL WHERE id = $1`
+UPDATE fenceq_jobs_hot SET state = 'completed', finished_at = now(), lease_expires_at = NULL WHERE id = $1`
 
 const sqlNaiveRetry = `
-UPDATE fenceq_jobs SET state = 'retryable', run_at = now() + interval '1 second',
+UPDATE fenceq_jobs_hot SET state = 'retryable', run_at = now() + interval '1 second',
     lease_expires_at = NULL, leased_by = NULL,
     errors = errors || jsonb_build_array(jsonb_build_object('at', now(), 'error', $2::text))
 WHERE id = $1`
 
 const sqlNaiveRelease = `
-UPDATE fenceq_jobs SET state = 'available', leased_by = NULL, lease_expires_at = NULL WHERE id = $1`
+UPDATE fenceq_jobs_hot SET state = 'available', leased_by = NULL, lease_expires_at = NULL WHERE id = $1`
 
 // sqlNaiveFindInvoice is the naive idempotency check: look, then (later) insert.
 const sqlNaiveFindInvoice = `SELECT id FROM invoices WHERE customer_id = $1 AND period = $2 LIMIT 1`

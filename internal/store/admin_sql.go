@@ -64,47 +64,56 @@ SELECT min(id), count(*)::int FROM (
     SELECT id FROM fenceq_jobs WHERE ($1::bigint = 0 OR id < $1) ORDER BY id DESC LIMIT $2) w`
 
 // sqlRetryJob makes a finished, retryable or scheduled job available now, with at least
-// one attempt left. A running job must be requeued instead.
+// one attempt left. A running job must be requeued instead. A job in history moves back
+// to the hot set.
 var sqlRetryJob = `
-UPDATE fenceq_jobs SET state = ` + sqlAvailable + `, run_at = now(), finished_at = NULL,
-    max_attempts = GREATEST(max_attempts, attempt + 1)
-WHERE id = $1 AND (state IN ` + sqlDue + ` OR state IN ` + sqlFinal + `)
-RETURNING ` + jobColumns
+WITH hot AS (
+    UPDATE fenceq_jobs_hot SET state = ` + sqlAvailable + `, run_at = now(), finished_at = NULL,
+        max_attempts = GREATEST(max_attempts, attempt + 1)
+    WHERE id = $1 AND (state IN ` + sqlDue + ` OR state IN ` + sqlFinal + `)
+    RETURNING ` + jobColumns + `),
+` + fromHistory("hist", "$1", retrySet) + `
+SELECT * FROM hot UNION ALL SELECT * FROM hist`
+
+// retrySet are the new values of a job that RetryJob or RequeueJob takes out of history.
+var retrySet = [][2]string{{"state", sqlAvailable}, {"run_at", "now()"}, {"finished_at", "NULL"},
+	{"leased_by", "NULL"}, {"lease_expires_at", "NULL"}, {"max_attempts", "GREATEST(max_attempts, attempt + 1)"}}
 
 // sqlCancelJob cancels a job that is not finished. A running job's lease is revoked in
 // the same statement (generation bumped), so its holder can write nothing afterwards.
 var sqlCancelJob = `
 WITH cur AS (
-    SELECT id AS cid, lease_gen AS cgen, leased_by AS cby, state AS cstate FROM fenceq_jobs
+    SELECT id AS cid, lease_gen AS cgen, leased_by AS cby, state AS cstate FROM fenceq_jobs_hot
     WHERE id = $1 AND state IN ` + sqlUnfinished + ` FOR UPDATE),
-upd AS (
-    UPDATE fenceq_jobs j SET state = ` + sqlCancelled + `, finished_at = now(), lease_expires_at = NULL,
-        lease_gen = CASE WHEN c.cstate = ` + sqlRunning + ` THEN j.lease_gen + 1 ELSE j.lease_gen END,
-        errors = j.errors || ` + errorEntry(`'at', now(), 'error', $2::text`, "j.attempt", "j.lease_gen") + `
-    FROM cur c WHERE j.id = c.cid AND j.lease_gen = c.cgen
-    RETURNING j.*),
+` + finish{name: "upd", using: "cur c", usingCols: "c.cstate",
+	where: "j.id = c.cid AND j.lease_gen = c.cgen", state: sqlCancelled,
+	set: [][2]string{{"finished_at", "now()"}, {"lease_expires_at", "NULL"},
+		{"lease_gen", "CASE WHEN cstate = " + sqlRunning + " THEN lease_gen + 1 ELSE lease_gen END"},
+		{"errors", "errors || " + errorEntry(`'at', now(), 'error', $2::text`, "attempt", "lease_gen")}},
+	returning: jobColumns}.ctes() + `,
 ev AS (
     INSERT INTO fenceq_lease_events (job_id, lease_gen, worker_id, kind, detail)
     SELECT cid, cgen, cby, ` + sqlEventRevoked + `, ` + sqlLit(detailCancelledByAdmin) + ` FROM cur WHERE cstate = ` + sqlRunning + `)
-SELECT ` + jobColumns + ` FROM upd`
+SELECT * FROM upd`
 
 // sqlRequeueJob forces a job of any state back to available. A running job's lease is
-// revoked by bumping the generation.
+// revoked by bumping the generation. A job in history moves back to the hot set.
 var sqlRequeueJob = `
 WITH cur AS (
-    SELECT id AS cid, lease_gen AS cgen, leased_by AS cby, state AS cstate FROM fenceq_jobs
+    SELECT id AS cid, lease_gen AS cgen, leased_by AS cby, state AS cstate FROM fenceq_jobs_hot
     WHERE id = $1 FOR UPDATE),
 upd AS (
-    UPDATE fenceq_jobs j SET state = ` + sqlAvailable + `, run_at = now(), finished_at = NULL,
+    UPDATE fenceq_jobs_hot j SET state = ` + sqlAvailable + `, run_at = now(), finished_at = NULL,
         leased_by = NULL, lease_expires_at = NULL,
         max_attempts = GREATEST(j.max_attempts, j.attempt + 1),
         lease_gen = CASE WHEN c.cstate = ` + sqlRunning + ` THEN j.lease_gen + 1 ELSE j.lease_gen END
     FROM cur c WHERE j.id = c.cid AND j.lease_gen = c.cgen
-    RETURNING j.*),
+    RETURNING ` + jobColumns + `),
 ev AS (
     INSERT INTO fenceq_lease_events (job_id, lease_gen, worker_id, kind, detail)
-    SELECT cid, cgen, cby, ` + sqlEventRevoked + `, ` + sqlLit(detailRequeuedByAdmin) + ` FROM cur WHERE cstate = ` + sqlRunning + `)
-SELECT ` + jobColumns + ` FROM upd`
+    SELECT cid, cgen, cby, ` + sqlEventRevoked + `, ` + sqlLit(detailRequeuedByAdmin) + ` FROM cur WHERE cstate = ` + sqlRunning + `),
+` + fromHistory("hist", "$1", retrySet) + `
+SELECT * FROM upd UNION ALL SELECT * FROM hist`
 
 // unknownKind is the predicate of a job waiting to run that no worker serving its queue
 // and heartbeating within freshness (µs, an SQL expression) has a handler for. The job's
@@ -143,8 +152,13 @@ ORDER BY n.name`
 // sqlDeleteJob deletes a job that is not running: a running job's holder must first lose
 // its lease (cancel or requeue), so that no fenced write races the delete.
 var sqlDeleteJob = `
-DELETE FROM fenceq_jobs WHERE id = $1 AND state <> ` + sqlRunning + `
-RETURNING ` + jobColumns
+WITH hot AS (
+    DELETE FROM fenceq_jobs_hot WHERE id = $1 AND state <> ` + sqlRunning + `
+    RETURNING ` + jobColumns + `),
+hist AS (
+    DELETE FROM fenceq_jobs_history WHERE id = $1
+    RETURNING ` + jobColumns + `)
+SELECT * FROM hot UNION ALL SELECT * FROM hist`
 
 const sqlAddQueue = `
 INSERT INTO fenceq_queues (name) VALUES ($1) ON CONFLICT (name) DO NOTHING RETURNING name`
@@ -153,7 +167,7 @@ INSERT INTO fenceq_queues (name) VALUES ($1) ON CONFLICT (name) DO NOTHING RETUR
 // It reports whether the row existed and how many unfinished jobs the queue holds.
 var sqlRemoveQueue = `
 WITH busy AS (
-    SELECT count(*) AS n FROM fenceq_jobs WHERE queue = $1 AND state IN ` + sqlUnfinished + `),
+    SELECT count(*) AS n FROM fenceq_jobs_hot WHERE queue = $1 AND state IN ` + sqlUnfinished + `),
 del AS (
     DELETE FROM fenceq_queues WHERE name = $1 AND (SELECT n FROM busy) = 0 RETURNING name)
 SELECT EXISTS (SELECT 1 FROM fenceq_queues WHERE name = $1), (SELECT n FROM busy),

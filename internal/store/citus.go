@@ -26,7 +26,7 @@ const citusKey = "fenceq.self_notify"
 const sqlSelfNotify = `
 SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'citus')
    AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger
-                   WHERE tgrelid = to_regclass('fenceq_jobs') AND tgname = 'fenceq_jobs_notify_insert')`
+                   WHERE tgrelid = to_regclass('fenceq_jobs_hot') AND tgname = 'fenceq_jobs_notify_insert')`
 
 // sqlSelfNotifyQueues announces the queues in $1 on the schema's channel. On Citus it
 // touches no distributed table, so it runs on the coordinator, where workers LISTEN.

@@ -378,7 +378,7 @@ func TestHeartbeatSkipsLockedRowsWithoutWaiting(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback(b.ctx) }()
-	if _, err := tx.Exec(b.ctx, `SELECT 1 FROM fenceq_jobs WHERE id = $1 FOR UPDATE`, leases[0].JobID); err != nil {
+	if _, err := tx.Exec(b.ctx, `SELECT 1 FROM fenceq_jobs_hot WHERE id = $1 FOR UPDATE`, leases[0].JobID); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)

@@ -203,7 +203,7 @@ func insertMany(ctx context.Context, db queue.Beginner, ps []InsertParams, simpl
 		// Every job runs now and has no unique key, no metadata and no tags: COPY
 		// straight into the table; the column defaults give run_at = now(), state =
 		// available, metadata = '{}' and tags = '{}'.
-		n, err := db.CopyFrom(ctx, pgx.Identifier{"fenceq_jobs"},
+		n, err := db.CopyFrom(ctx, pgx.Identifier{hotTable},
 			[]string{"queue", "kind", "args", "priority", "max_attempts"},
 			pgx.CopyFromSlice(len(ps), func(i int) ([]any, error) {
 				p := &ps[i]

@@ -22,7 +22,7 @@ import (
 // transaction's time, the same at each place): an INSERT … SELECT, even from a one-row
 // CTE, is one that Citus pulls to the coordinator and then commits in two phases.
 var sqlInsertJob = `
-INSERT INTO fenceq_jobs (queue, kind, args, priority, run_at, max_attempts, unique_key, state, metadata,
+INSERT INTO fenceq_jobs_hot (queue, kind, args, priority, run_at, max_attempts, unique_key, state, metadata,
     unique_states, tags)
 VALUES ($1, $2, $3, $4, ` + insertRunAt + `, $6, ` + uniqueKeySQL("$7::text", "$11::bigint", insertRunAt) + `,
     CASE WHEN ` + insertRunAt + ` > now() THEN ` + sqlScheduled + ` ELSE ` + sqlAvailable + ` END, $9, $10, $12)
@@ -35,7 +35,7 @@ const insertRunAt = `COALESCE($5::timestamptz, now() + $8::bigint * interval '1 
 // sqlGetUniqueHolder reads the job holding a unique key: $1 the key's fixed part, $2 its
 // period (µs), $3 run_at, $4 run_in (µs), as given to sqlInsertJob.
 var sqlGetUniqueHolder = `
-SELECT ` + jobColumns + ` FROM fenceq_jobs
+SELECT ` + jobColumns + ` FROM fenceq_jobs_hot
 WHERE unique_key = ` + uniqueKeySQL("$1::text", "$2::bigint", "COALESCE($3::timestamptz, now() + $4::bigint * interval '1 microsecond')") + `
   AND ` + uniqueHeld
 
@@ -53,7 +53,7 @@ TRUNCATE fenceq_jobs_staging`
 // the rows offered, including those ON CONFLICT skipped.
 var sqlInsertFromStaging = `
 WITH ins AS (
-INSERT INTO fenceq_jobs (queue, kind, args, priority, run_at, max_attempts, unique_key, state, metadata,
+INSERT INTO fenceq_jobs_hot (queue, kind, args, priority, run_at, max_attempts, unique_key, state, metadata,
     unique_states, tags)
 SELECT queue, kind, args, priority, at, max_attempts, ` + uniqueKeySQL("unique_key", "unique_period_us", "at") + `,
        CASE WHEN at > now() THEN ` + sqlScheduled + ` ELSE ` + sqlAvailable + ` END, metadata, unique_states, tags
@@ -86,13 +86,13 @@ func claimSQL(after, kinds bool) string {
 	}
 	return `
 WITH next AS (
-    SELECT id AS next_id FROM fenceq_jobs
+    SELECT id AS next_id FROM fenceq_jobs_hot
     WHERE state = ` + sqlAvailable + ` AND queue = $1 AND run_at <= now()` + cursor + kind + `
       AND NOT EXISTS (SELECT 1 FROM fenceq_queues q WHERE q.name = $1 AND q.paused)
     ORDER BY priority, run_at, id
     LIMIT $2
     FOR UPDATE SKIP LOCKED)
-UPDATE fenceq_jobs
+UPDATE fenceq_jobs_hot
 SET state = ` + sqlRunning + `, attempt = attempt + 1, lease_gen = lease_gen + 1,
     leased_by = $3, heartbeat_at = now(), attempted_at = now(),
     lease_expires_at = now() + $4::bigint * interval '1 microsecond'
@@ -112,7 +112,7 @@ var (
 // the claim index backwards from that position, over the jobs of the kinds in $2 (few:
 // a claim just took every one it could), to the first job of another kind.
 var sqlOtherKindAhead = `
-SELECT priority, run_at, id FROM fenceq_jobs
+SELECT priority, run_at, id FROM fenceq_jobs_hot
 WHERE state = ` + sqlAvailable + ` AND queue = $1 AND run_at <= now()
   AND ($3::smallint IS NULL OR (priority, run_at, id) < ($3::smallint, $4::timestamptz, $5::bigint))
   AND kind <> ALL($2::text[])
@@ -133,6 +133,8 @@ LIMIT 1`
 // the holder's own write (only the holder leaves running without bumping the
 // generation: see Landed), which may land between the worker's snapshot of its leases
 // and this statement; it comes back as finished, not lost.
+// Held leases are looked up in fenceq_jobs, the view of both tables, because such a job
+// may have moved to history; the renewal locks and updates the hot set only.
 //
 // Rows locked by someone else right now (this process's own fenced commit, the reaper,
 // an operator) are skipped rather than waited for, so one long transaction cannot stall
@@ -145,12 +147,12 @@ held AS (
     SELECT j.id, j.lease_gen, j.state = l.lstate AS running FROM fenceq_jobs j JOIN l ON j.id = l.lid
     WHERE j.lease_gen = l.lgen),
 lk AS (
-    SELECT j.id AS lk_id, l.lgen AS lk_gen, l.lstate AS lk_state FROM fenceq_jobs j JOIN l ON j.id = l.lid
+    SELECT j.id AS lk_id, l.lgen AS lk_gen, l.lstate AS lk_state FROM fenceq_jobs_hot j JOIN l ON j.id = l.lid
     WHERE j.lease_gen = l.lgen AND j.state = l.lstate
     ORDER BY j.id
     FOR NO KEY UPDATE OF j SKIP LOCKED),
 upd AS (
-    UPDATE fenceq_jobs j
+    UPDATE fenceq_jobs_hot j
     SET heartbeat_at = now(), lease_expires_at = now() + $3::bigint * interval '1 microsecond'
     FROM lk WHERE j.id = lk.lk_id AND j.lease_gen = lk.lk_gen AND j.state = lk.lk_state
     RETURNING j.id, j.lease_gen),
@@ -176,11 +178,12 @@ type fencedSQL struct {
 	routed string
 }
 
-// staleWrite wraps a single-lease write in its two forms (see fencedSQL).
-func staleWrite(write string) fencedSQL {
+// staleWrite wraps a single-lease write in its two forms (see fencedSQL): ctes are the
+// write's CTEs, the last of them named upd and returning the row's new state.
+func staleWrite(ctes string) fencedSQL {
 	return fencedSQL{
 		one: `
-WITH upd AS (` + write + `),
+WITH ` + ctes + `,
 rej AS (
     INSERT INTO fenceq_lease_events (job_id, lease_gen, worker_id, kind, detail)
     SELECT $1, $2, $3, ` + sqlEventStaleWrite + `, $4::text
@@ -188,14 +191,18 @@ rej AS (
     RETURNING id)
 SELECT upd.state FROM upd`,
 		routed: `
-WITH upd AS (` + write + `),
+WITH ` + ctes + `,
 p AS (SELECT $3::text AS worker, $4::text AS op)
 SELECT upd.state FROM upd, p`,
 	}
 }
 
-// leaseGuard is the WHERE clause of every single-lease write.
-var leaseGuard = `WHERE id = $1 AND lease_gen = $2 AND state = ` + sqlRunning
+// leaseCond is the condition of every single-lease write, and leaseGuard its WHERE
+// clause.
+var (
+	leaseCond  = `id = $1 AND lease_gen = $2 AND state = ` + sqlRunning
+	leaseGuard = `WHERE ` + leaseCond
+)
 
 // sqlComplete: $5 the job's output (NULL for none). A job that is already completed
 // under the same generation counts as completed, without a rejection record and
@@ -205,7 +212,7 @@ var leaseGuard = `WHERE id = $1 AND lease_gen = $2 AND state = ` + sqlRunning
 // application's (the SQL function fenceq_complete, called by an HTTP endpoint, say).
 var sqlComplete = fencedSQL{
 	one: `
-WITH upd AS (` + sqlCompleteUpdate + `),
+WITH ` + sqlCompleteUpdate + `,
 done AS (` + sqlCompletedAlready + `),
 rej AS (
     INSERT INTO fenceq_lease_events (job_id, lease_gen, worker_id, kind, detail)
@@ -214,18 +221,22 @@ rej AS (
     RETURNING id)
 SELECT state FROM upd UNION ALL SELECT state FROM done`,
 	routed: `
-WITH upd AS (` + sqlCompleteUpdate + `),
+WITH ` + sqlCompleteUpdate + `,
 done AS (` + sqlCompletedAlready + `),
 p AS (SELECT $3::text AS worker, $4::text AS op)
 SELECT s.state FROM (SELECT state FROM upd UNION ALL SELECT state FROM done) s, p`,
 }
 
-// sqlCompleteUpdate is the fenced completion of sqlComplete.
-var sqlCompleteUpdate = `
-    UPDATE fenceq_jobs SET state = ` + sqlCompleted + `, finished_at = now(), lease_expires_at = NULL,
-        output = $5::jsonb
-    ` + leaseGuard + `
-    RETURNING state`
+// sqlCompleteUpdate is the fenced completion of sqlComplete: CTEs, the last named upd.
+var sqlCompleteUpdate = completion("upd", leaseCond, "", "", "$5::jsonb", "state").ctes()
+
+// completion is the finish that completes the rows where selects, with output the SQL of
+// each one's output.
+func completion(name, where, using, usingCols, output, returning string) finish {
+	return finish{name: name, using: using, usingCols: usingCols, where: where, state: sqlCompleted,
+		set: [][2]string{{"finished_at", "now()"}, {"lease_expires_at", "NULL"}, {"output", output}},
+		returning: returning}
+}
 
 // sqlCompletedAlready finds, for sqlComplete, the job completed under the lease by an
 // earlier statement. It reads the statement's snapshot, so it never sees the row upd
@@ -284,11 +295,8 @@ func completeManyUpdate(outputs string) string {
 WITH l AS MATERIALIZED (
     SELECT l.*, ` + sqlRunning + `::text AS lstate
     FROM unnest($1::bigint[], $2::bigint[], ` + outputs + `::jsonb[]) AS l(lid, lgen, lout)),
-upd AS (
-    UPDATE fenceq_jobs j SET state = ` + sqlCompleted + `, finished_at = now(), lease_expires_at = NULL,
-        output = l.lout
-    FROM l WHERE j.id = l.lid AND j.lease_gen = l.lgen AND j.state = l.lstate
-    RETURNING j.id, j.lease_gen)`
+` + completion("upd", "j.id = l.lid AND j.lease_gen = l.lgen AND j.state = l.lstate", "l", "l.lout",
+		"lout", "id, lease_gen").ctes()
 }
 
 // sqlFail: $5 discard now, $6 backoff (µs), $7 error, $8 trace, $9 whether the backoff
@@ -297,43 +305,44 @@ upd AS (
 // The time is read once, in c: CASE branches and expressions over the row's columns
 // hold no function that is not IMMUTABLE (see errorEntry and addMicros), which is what
 // Citus needs to run the statement on the node that holds the row.
-var sqlFail = staleWrite(`
-    UPDATE fenceq_jobs SET
-        state = CASE WHEN $5::boolean OR attempt >= max_attempts THEN ` + sqlDiscarded + ` ELSE ` + sqlRetryable + ` END,
-        run_at = CASE WHEN $5::boolean OR attempt >= max_attempts THEN run_at
-                      WHEN $9::boolean THEN GREATEST(` + addMicros("attempted_at", "$6::bigint") + `, c.now)
-                      ELSE c.later END,
-        finished_at = CASE WHEN $5::boolean OR attempt >= max_attempts THEN c.now END,
-        leased_by = CASE WHEN $5::boolean OR attempt >= max_attempts THEN leased_by END,
-        lease_expires_at = NULL,
-        errors = errors || ` + errorEntry(`'at', now(), 'worker', $3::text, 'error', $7::text, 'trace', $8::text`, "attempt", "lease_gen") + `
-    FROM (SELECT now() AS now, now() + $6::bigint * interval '1 microsecond' AS later) c
-    ` + leaseGuard + `
-    RETURNING state`)
+var sqlFail = staleWrite(finish{name: "upd",
+	using:     `(SELECT now() AS c_now, now() + $6::bigint * interval '1 microsecond' AS c_later) c`,
+	usingCols: "c.c_now, c.c_later",
+	where:     leaseCond,
+	state:     `CASE WHEN $5::boolean OR attempt >= max_attempts THEN ` + sqlDiscarded + ` ELSE ` + sqlRetryable + ` END`,
+	set: [][2]string{
+		{"run_at", `CASE WHEN $5::boolean OR attempt >= max_attempts THEN run_at
+                      WHEN $9::boolean THEN GREATEST(` + addMicros("attempted_at", "$6::bigint") + `, c_now)
+                      ELSE c_later END`},
+		{"finished_at", "CASE WHEN $5::boolean OR attempt >= max_attempts THEN c_now END"},
+		{"leased_by", "CASE WHEN $5::boolean OR attempt >= max_attempts THEN leased_by END"},
+		{"lease_expires_at", "NULL"},
+		{"errors", "errors || " + errorEntry(`'at', now(), 'worker', $3::text, 'error', $7::text, 'trace', $8::text`, "attempt", "lease_gen")},
+	},
+	returning: "state"}.ctes())
 
 // sqlSnooze: $5 delay (µs). Snoozing does not use up an attempt.
-var sqlSnooze = staleWrite(`
-    UPDATE fenceq_jobs SET
+var sqlSnooze = staleWrite(`upd AS (
+    UPDATE fenceq_jobs_hot SET
         state = CASE WHEN $5::bigint > 0 THEN ` + sqlScheduled + ` ELSE ` + sqlAvailable + ` END,
         run_at = now() + $5::bigint * interval '1 microsecond',
         max_attempts = max_attempts + 1,
         leased_by = NULL, lease_expires_at = NULL
     ` + leaseGuard + `
-    RETURNING state`)
+    RETURNING state)`)
 
 // sqlCancel: $5 reason.
-var sqlCancel = staleWrite(`
-    UPDATE fenceq_jobs SET state = ` + sqlCancelled + `, finished_at = now(), lease_expires_at = NULL,
-        errors = errors || ` + errorEntry(`'at', now(), 'worker', $3::text, 'error', $5::text`, "attempt", "lease_gen") + `
-    ` + leaseGuard + `
-    RETURNING state`)
+var sqlCancel = staleWrite(finish{name: "upd", where: leaseCond, state: sqlCancelled,
+	set: [][2]string{{"finished_at", "now()"}, {"lease_expires_at", "NULL"},
+		{"errors", "errors || " + errorEntry(`'at', now(), 'worker', $3::text, 'error', $5::text`, "attempt", "lease_gen")}},
+	returning: "state"}.ctes())
 
 // sqlRelease gives a job back on shutdown; the attempt is not counted.
-var sqlRelease = staleWrite(`
-    UPDATE fenceq_jobs SET state = ` + sqlAvailable + `, attempt = GREATEST(attempt - 1, 0),
+var sqlRelease = staleWrite(`upd AS (
+    UPDATE fenceq_jobs_hot SET state = ` + sqlAvailable + `, attempt = GREATEST(attempt - 1, 0),
         leased_by = NULL, lease_expires_at = NULL
     ` + leaseGuard + `
-    RETURNING state`)
+    RETURNING state)`)
 
 // lockedGuard is leaseGuard for the statements of the fenced transaction, with the
 // running state compared to an uncorrelated subquery (an InitPlan: a value known only
@@ -342,12 +351,15 @@ var sqlRelease = staleWrite(`
 // planner estimates that index to hold one row and picks it over the primary key —
 // custom and generic plans alike — so every lock and completion would walk the entries
 // of every running job. With the subquery only the primary key can find the row.
-var lockedGuard = `WHERE id = $1 AND lease_gen = $2 AND state = (SELECT ` + sqlRunning + `::text)`
+var (
+	lockedCond  = `id = $1 AND lease_gen = $2 AND state = (SELECT ` + sqlRunning + `::text)`
+	lockedGuard = `WHERE ` + lockedCond
+)
 
 // sqlLockLease is the fence of a handler's transaction: the row lock keeps the reaper
 // and every other writer out until COMMIT.
 var sqlLockLease = `
-SELECT state FROM fenceq_jobs
+SELECT state FROM fenceq_jobs_hot
 ` + lockedGuard + `
 FOR UPDATE`
 
@@ -355,7 +367,7 @@ FOR UPDATE`
 // lease is gone it raises an error instead of returning no row, so the server skips
 // every statement queued behind it (the writes, the completion, COMMIT) and the
 // transaction is left aborted.
-var sqlLockLeaseChecked = exactlyOneRow(lockMissed, `(SELECT 1 FROM fenceq_jobs `+lockedGuard+` FOR UPDATE) l`)
+var sqlLockLeaseChecked = exactlyOneRow(lockMissed, `(SELECT 1 FROM fenceq_jobs_hot `+lockedGuard+` FOR UPDATE) l`)
 
 // exactlyOneRow selects 1 when rows (a FROM item) holds one row, and otherwise raises
 // an error whose text starts with missed and names the count: the ELSE arm casts that
@@ -371,11 +383,11 @@ FROM ` + rows
 // lockMissed starts the error text of a checked lock that matched no row.
 const lockMissed = "fenceq: fenced lock matched rows: "
 
-// sqlCompleteLocked: $3 the job's output (NULL for none).
+// sqlCompleteLocked: $3 the job's output (NULL for none). It returns a row if it
+// completed the job.
 var sqlCompleteLocked = `
-UPDATE fenceq_jobs SET state = ` + sqlCompleted + `, finished_at = now(), lease_expires_at = NULL,
-    output = $3::jsonb
-` + lockedGuard
+WITH ` + completion("done", lockedCond, "", "", "$3::jsonb", "1").ctes() + `
+SELECT 1 FROM done`
 
 // sqlCompleteLockedChecked is sqlCompleteLocked for a pipeline that sends COMMIT right
 // behind it: a completion that matched no row raises an error (exactlyOneRow), which
@@ -383,11 +395,7 @@ UPDATE fenceq_jobs SET state = ` + sqlCompleted + `, finished_at = now(), lease_
 // A row count checked in Go would come too late: the COMMIT would already have run. $3
 // the job's output (NULL for none).
 var sqlCompleteLockedChecked = `
-WITH done AS (
-    UPDATE fenceq_jobs SET state = ` + sqlCompleted + `, finished_at = now(), lease_expires_at = NULL,
-        output = $3::jsonb
-    ` + lockedGuard + `
-    RETURNING 1)` + exactlyOneRow(completionMissed, "done")
+WITH ` + completion("done", lockedCond, "", "", "$3::jsonb", "1").ctes() + exactlyOneRow(completionMissed, "done")
 
 // completionMissed starts the error text of a checked completion that matched no row.
 const completionMissed = "fenceq: fenced completion matched rows: "
@@ -426,21 +434,20 @@ WITH expired AS (
            jsonb_build_object('at', now(), 'attempt', attempt, 'lease_gen', lease_gen, 'worker', leased_by,
                'error', ` + sqlLit(detailExpired) + ` || ' (last heartbeat ' || heartbeat_at || ')') AS eerr,
            now() AS enow
-    FROM fenceq_jobs
+    FROM fenceq_jobs_hot
     WHERE state = ` + sqlRunning + ` AND lease_expires_at < now()
     ORDER BY lease_expires_at
     LIMIT $1
     FOR UPDATE SKIP LOCKED),
+` + finish{name: "reaped", using: "expired e", usingCols: "e.eerr, e.enow",
+	where: "j.id = e.eid AND j.lease_gen = e.egen AND j.state = " + sqlRunning,
+	state: `CASE WHEN attempt >= max_attempts THEN ` + sqlDiscarded + ` ELSE ` + sqlAvailable + ` END`,
+	set: [][2]string{{"lease_gen", "lease_gen + 1"},
+		{"finished_at", "CASE WHEN attempt >= max_attempts THEN enow END"},
+		{"leased_by", "NULL"}, {"lease_expires_at", "NULL"}, {"errors", "errors || eerr"}},
+	returning: "id, state, queue, kind"}.ctes() + `,
 upd AS (
-    UPDATE fenceq_jobs j SET
-        lease_gen = j.lease_gen + 1,
-        state = CASE WHEN j.attempt >= j.max_attempts THEN ` + sqlDiscarded + ` ELSE ` + sqlAvailable + ` END,
-        finished_at = CASE WHEN j.attempt >= j.max_attempts THEN e.enow END,
-        leased_by = NULL, lease_expires_at = NULL,
-        errors = j.errors || e.eerr
-    FROM expired e
-    WHERE j.id = e.eid AND j.lease_gen = e.egen AND j.state = ` + sqlRunning + `
-    RETURNING j.id, e.egen, e.eby, j.state, j.queue, j.kind),
+    SELECT r.id, e.egen, e.eby, r.state, r.queue, r.kind FROM reaped r JOIN expired e ON e.eid = r.id),
 alive AS (
     SELECT u.id FROM upd u JOIN fenceq_workers w ON w.id = u.eby
     WHERE w.heartbeat_at > now() - $2::bigint * interval '1 microsecond')`
@@ -453,13 +460,13 @@ FROM upd u`
 // sqlPromoteDue makes scheduled and retryable jobs whose time has come available.
 var sqlPromoteDue = `
 WITH due AS (
-    SELECT id AS did FROM fenceq_jobs
+    SELECT id AS did FROM fenceq_jobs_hot
     WHERE state IN ` + sqlDue + ` AND run_at <= now()
     ORDER BY run_at
     LIMIT $1
     FOR UPDATE SKIP LOCKED),
 upd AS (
-    UPDATE fenceq_jobs j SET state = ` + sqlAvailable + `
+    UPDATE fenceq_jobs_hot j SET state = ` + sqlAvailable + `
     FROM due WHERE j.id = due.did AND j.state IN ` + sqlDue + `
     RETURNING j.queue)
 SELECT (SELECT count(*) FROM upd),
@@ -467,16 +474,28 @@ SELECT (SELECT count(*) FROM upd),
         FROM (SELECT DISTINCT queue AS q FROM upd) x),
        (SELECT COALESCE(array_agg(DISTINCT queue), '{}') FROM upd)`
 
-// sqlPruneFinished deletes finished jobs older than $1 (µs), at most $2 of them.
+// sqlPruneFinished deletes finished jobs older than $1 (µs), at most $2 of them from
+// history and $2 of them from the hot set (the finished jobs that hold their unique key),
+// and returns how many it deleted.
 var sqlPruneFinished = `
 WITH old AS (
-    SELECT id AS oid FROM fenceq_jobs
+    SELECT id AS oid FROM fenceq_jobs_history
     WHERE finished_at < now() - $1::bigint * interval '1 microsecond'
     ORDER BY finished_at
     LIMIT $2
-    FOR UPDATE SKIP LOCKED)
-DELETE FROM fenceq_jobs j USING old
-WHERE j.id = old.oid AND j.state IN ` + sqlFinal
+    FOR UPDATE SKIP LOCKED),
+gone AS (
+    DELETE FROM fenceq_jobs_history j USING old WHERE j.id = old.oid RETURNING 1),
+old_hot AS (
+    SELECT id AS oid FROM fenceq_jobs_hot
+    WHERE finished_at < now() - $1::bigint * interval '1 microsecond'
+    ORDER BY finished_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED),
+gone_hot AS (
+    DELETE FROM fenceq_jobs_hot j USING old_hot
+    WHERE j.id = old_hot.oid AND j.state IN ` + sqlFinal + ` RETURNING 1)
+SELECT (SELECT count(*) FROM gone) + (SELECT count(*) FROM gone_hot)`
 
 const sqlPruneLeaseEvents = `
 DELETE FROM fenceq_lease_events WHERE id IN (

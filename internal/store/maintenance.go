@@ -105,13 +105,15 @@ func PromoteDue(ctx context.Context, db queue.DBTX, limit int) (int64, error) {
 	return n, err
 }
 
-// PruneFinished deletes up to limit finished jobs whose finished_at is older than age.
+// PruneFinished deletes finished jobs whose finished_at is older than age: up to limit of
+// them from history, and up to limit from the hot set (finished jobs holding their unique
+// key). It returns how many it deleted.
 func PruneFinished(ctx context.Context, db queue.DBTX, age time.Duration, limit int) (int64, error) {
-	tag, err := db.Exec(ctx, sqlPruneFinished, customPlan, micros(age), limit)
-	if err != nil {
+	var n int64
+	if err := db.QueryRow(ctx, sqlPruneFinished, customPlan, micros(age), limit).Scan(&n); err != nil {
 		return 0, fmt.Errorf("prune finished jobs older than %s: %w", age, err)
 	}
-	return tag.RowsAffected(), nil
+	return n, nil
 }
 
 // PruneLeaseEvents deletes up to limit lease events older than age.

@@ -57,7 +57,7 @@ DELETE FROM fenceq_periodic USING c WHERE name = $1 RETURNING ` + periodicColumn
 
 // sqlTriggerPeriodic enqueues one job of a schedule now, leaving last_slot alone.
 var sqlTriggerPeriodic = `
-INSERT INTO fenceq_jobs (queue, kind, args, priority, max_attempts, metadata)
+INSERT INTO fenceq_jobs_hot (queue, kind, args, priority, max_attempts, metadata)
 SELECT queue, kind, args, priority, max_attempts,
        jsonb_build_object('periodic', jsonb_build_object('name', name, 'triggered', true,
            'at', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')))
@@ -96,7 +96,7 @@ WITH s AS (
     WHERE name = $1 AND last_slot = $2 AND spec = $4 AND timezone = $5 AND NOT paused
     RETURNING queue, kind, args, priority, max_attempts),
 ins AS (
-    INSERT INTO fenceq_jobs (queue, kind, args, priority, max_attempts, metadata)
+    INSERT INTO fenceq_jobs_hot (queue, kind, args, priority, max_attempts, metadata)
     SELECT s.queue, s.kind, s.args, s.priority, s.max_attempts, m.meta
     FROM s, unnest($6::jsonb[]) WITH ORDINALITY AS m(meta, ord)
     ORDER BY m.ord
@@ -105,7 +105,7 @@ SELECT (SELECT count(*) FROM s), (SELECT count(*) FROM ins), (SELECT queue FROM 
 
 // sqlEnqueueOnStart inserts the one job of a run-on-start schedule ($2 its metadata).
 const sqlEnqueueOnStart = `
-INSERT INTO fenceq_jobs (queue, kind, args, priority, max_attempts, metadata)
+INSERT INTO fenceq_jobs_hot (queue, kind, args, priority, max_attempts, metadata)
 SELECT queue, kind, args, priority, max_attempts, $2
 FROM fenceq_periodic WHERE name = $1 AND NOT paused
 RETURNING id, queue`
