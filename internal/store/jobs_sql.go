@@ -234,7 +234,7 @@ var sqlCompleteUpdate = completion("upd", leaseCond, "", "", "$5::jsonb", "state
 // each one's output.
 func completion(name, where, using, usingCols, output, returning string) finish {
 	return finish{name: name, using: using, usingCols: usingCols, where: where, state: sqlCompleted,
-		set: [][2]string{{"finished_at", "now()"}, {"lease_expires_at", "NULL"}, {"output", output}},
+		set:       [][2]string{{"finished_at", "now()"}, {"lease_expires_at", "NULL"}, {"output", output}},
 		returning: returning}
 }
 
