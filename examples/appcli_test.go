@@ -59,7 +59,7 @@ func TestAppCLI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"greetings", "app_schema_migrations", "fenceq_jobs", "fenceq_schema_migrations"} {
+	for _, want := range []string{"greetings", "app_schema_migrations", "fenceq_jobs_hot", "fenceq_jobs_history", "fenceq_schema_migrations"} {
 		if !slices.Contains(tables, want) {
 			t.Errorf("tables %v lack %s", tables, want)
 		}
