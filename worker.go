@@ -180,13 +180,16 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.state = stateStarting
 	w.mu.Unlock()
 
-	if err := w.register(ctx); err != nil {
+	err := store.CheckSchema(ctx, w.pool)
+	if err == nil {
+		err = w.register(ctx)
+	}
+	if err != nil {
 		w.mu.Lock()
 		w.state = stateNew
 		w.mu.Unlock()
 		return fmt.Errorf("start worker: %w", err)
 	}
-	var err error
 	if w.periodicSince, err = w.upsertPeriodic(ctx); err != nil {
 		w.mu.Lock()
 		w.state = stateNew

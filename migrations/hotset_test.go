@@ -3,6 +3,7 @@ package migrations_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -265,5 +266,29 @@ func TestJobsViewWrites(t *testing.T) {
 	}
 	if j, err := store.GetJob(ctx, db.Pool, id); err != nil || j.State != queue.StateAvailable || j.LeaseGen != 1 {
 		t.Fatalf("job after the missed write: %+v %v", j, err)
+	}
+}
+
+// The engine checks the schema it needs: a schema one version short of
+// store.SchemaVersion is refused with the step to take, and that version passes.
+func TestEngineSchemaCheck(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	db := fenceqtest.New(t, &fenceqtest.Options{NoMigrate: true})
+	if store.SchemaVersion > migrations.Latest() {
+		t.Fatalf("store.SchemaVersion %d is beyond the latest migration %d", store.SchemaVersion, migrations.Latest())
+	}
+	if err := migrations.Core().Migrate(ctx, db.Pool, store.SchemaVersion-1); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.CheckSchema(ctx, db.Pool); err == nil || !strings.Contains(err.Error(), "migrate up") {
+		t.Fatalf("schema %d: %v, want the refusal naming `fenceq migrate up`", store.SchemaVersion-1, err)
+	}
+	if err := migrations.Core().Migrate(ctx, db.Pool, store.SchemaVersion); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.CheckSchema(ctx, db.Pool); err != nil {
+		t.Fatalf("schema %d: %v", store.SchemaVersion, err)
 	}
 }

@@ -270,7 +270,7 @@ func TestFencedStatementsFindTheRowByID(t *testing.T) {
 	if _, err := store.InsertMany(b.ctx, b.db.Pool, ps); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.db.Pool.Exec(b.ctx, `VACUUM ANALYZE fenceq_jobs`); err != nil {
+	if _, err := b.db.Pool.Exec(b.ctx, `VACUUM ANALYZE fenceq_jobs_hot`); err != nil {
 		t.Fatal(err)
 	}
 	l := store.LeaseOf(b.claim(t, "holder", 400, time.Minute)[0])

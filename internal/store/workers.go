@@ -63,3 +63,22 @@ func ListWorkers(ctx context.Context, db queue.DBTX) ([]queue.WorkerInfo, error)
 	}
 	return out, nil
 }
+
+// SchemaVersion is the core schema version whose tables this engine writes: the hot set
+// and history of migration 000014.
+const SchemaVersion = 14
+
+// CheckSchema returns an error naming the step to take when the schema on db's
+// search_path has no fenceq_jobs_hot: fenceq's tables there predate SchemaVersion (or are
+// not installed), and every statement of this engine would fail on them.
+func CheckSchema(ctx context.Context, db queue.DBTX) error {
+	var ok bool
+	if err := db.QueryRow(ctx, `SELECT to_regclass('fenceq_jobs_hot') IS NOT NULL`).Scan(&ok); err != nil {
+		return fmt.Errorf("check fenceq's schema: %w", err)
+	}
+	if !ok {
+		return fmt.Errorf("fenceq's tables on this search_path are missing or predate core schema version %d "+
+			"(no fenceq_jobs_hot): run `fenceq migrate up` or migrations.Up first", SchemaVersion)
+	}
+	return nil
+}
