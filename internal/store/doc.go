@@ -34,7 +34,18 @@
 //	cancelled <────── Cancel ───────────────────────────────────┘
 //
 // Every arrow leaving running is a compare-and-set on (id, lease_gen, state =
-// 'running'). WithLease completes the job only with LeaseTx{Complete: true}; Snooze(0)
+// 'running').
+//
+// # The hot set and history
+//
+// Jobs live in fenceq_jobs_hot until they finish. The statement that finishes a job
+// (completed, discarded, cancelled) deletes it from the hot set and inserts it into
+// fenceq_jobs_history with its final values, fenced as above: the DELETE carries the
+// lease condition. A job whose unique key is held in its final state (its unique_states
+// include it) is updated in place and stays hot, so that the one unique index, on the hot
+// set, decides every key. RetryJob and RequeueJob move a job in history back. Claims,
+// heartbeats, the reaper and the scheduler read and lock only the hot set; reads of any
+// job go through fenceq_jobs, the view of both (see hot_sql.go). WithLease completes the job only with LeaseTx{Complete: true}; Snooze(0)
 // makes the job available at once. completed, discarded and cancelled are final
 // (finished_at is set); RetryJob makes a final, scheduled or retryable job available
 // now. RequeueJob (any state) and CancelJob (any unfinished state) on a running job bump
