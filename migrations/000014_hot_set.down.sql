@@ -5,6 +5,7 @@ DROP FUNCTION fenceq_jobs_write();
 DROP VIEW fenceq_jobs;
 INSERT INTO fenceq_jobs_hot OVERRIDING SYSTEM VALUE SELECT * FROM fenceq_jobs_history;
 DROP TABLE fenceq_jobs_history;
+DROP INDEX fenceq_jobs_hot_keeps_idx;
 ALTER TABLE fenceq_jobs_hot RENAME TO fenceq_jobs;
 
 CREATE OR REPLACE FUNCTION fenceq_enqueue_row(

@@ -5,7 +5,10 @@ package store
 // holds every other finished job, each row written once. The engine's writes name the
 // tables; fenceq_jobs, a view of both, is what reads of any job use.
 
-import "strings"
+import (
+	"fmt"
+	"strings"
+)
 
 const (
 	// hotTable holds the jobs the engine works: every claim, heartbeat, completion,
@@ -26,6 +29,13 @@ var storedColumns = []string{"id", "queue", "kind", "args", "state", "priority",
 func keepsKey(state string) string {
 	return `(unique_key IS NOT NULL AND fenceq_state_in_mask(` + state + `, unique_states))`
 }
+
+// keepsFinal is the predicate of fenceq_jobs_hot_keeps_idx: the rows that hold their
+// unique key in some final state, the only ones a finishing write may update in place.
+// Spelled out in the update arm of every finish so that its scan uses that index, which
+// is empty unless jobs keep keys once finished, instead of looking up every row of the
+// batch again after the delete arm took them.
+var keepsFinal = fmt.Sprintf(`unique_key IS NOT NULL AND (unique_states::integer & %d) <> 0`, MaskOf(finalStates[:]...))
 
 // movesOut is the SQL of whether a hot row whose new state is state leaves for history.
 func movesOut(state string) string {
@@ -94,7 +104,7 @@ func (f finish) ctes() string {
     RETURNING ` + f.returning + `),
 ` + n + `_upd AS (
     UPDATE ` + hotTable + ` j SET ` + strings.Join(assign, ", ") + using + `
-    WHERE ` + f.where + ` AND NOT ` + movesOut(f.state) + `
+    WHERE ` + f.where + ` AND ` + keepsFinal + ` AND NOT ` + movesOut(f.state) + `
     RETURNING ` + f.returning + `),
 ` + n + ` AS (
     SELECT * FROM ` + n + `_ins UNION ALL SELECT * FROM ` + n + `_upd)`

@@ -145,7 +145,7 @@ WITH l AS MATERIALIZED (
     SELECT l.*, ` + sqlRunning + `::text AS lstate FROM unnest($1::bigint[], $2::bigint[]) AS l(lid, lgen)),
 held AS (
     SELECT j.id, j.lease_gen, j.state = l.lstate AS running FROM fenceq_jobs j JOIN l ON j.id = l.lid
-    WHERE j.lease_gen = l.lgen),
+    WHERE j.lease_gen = l.lgen AND j.id = ANY($1::bigint[])),
 lk AS (
     SELECT j.id AS lk_id, l.lgen AS lk_gen, l.lstate AS lk_state FROM fenceq_jobs_hot j JOIN l ON j.id = l.lid
     WHERE j.lease_gen = l.lgen AND j.state = l.lstate
@@ -268,9 +268,9 @@ var sqlCompleteMany = completeManyUpdate("$4") + `,
 rej AS (
     INSERT INTO fenceq_lease_events (job_id, lease_gen, worker_id, kind, detail)
     SELECT l.lid, l.lgen, $3, ` + sqlEventStaleWrite + `, 'complete'
-    FROM l WHERE NOT EXISTS (SELECT 1 FROM upd WHERE upd.id = l.lid AND upd.lease_gen = l.lgen)
+    FROM l WHERE (l.lid, l.lgen) NOT IN (SELECT id, lease_gen FROM upd)
         AND NOT EXISTS (SELECT 1 FROM fenceq_jobs d
-            WHERE d.id = l.lid AND d.lease_gen = l.lgen AND d.state = ` + sqlCompleted + `)
+            WHERE d.id = l.lid AND d.lease_gen = l.lgen AND d.state = ` + sqlCompleted + ` AND d.id = ANY($1::bigint[]))
     RETURNING job_id, lease_gen)
 SELECT COALESCE(array_agg(job_id), '{}')::bigint[], COALESCE(array_agg(lease_gen), '{}')::bigint[] FROM rej`
 
@@ -283,8 +283,8 @@ done AS (
     SELECT id, lease_gen FROM upd
     UNION ALL
     SELECT d.id, d.lease_gen FROM fenceq_jobs d JOIN l ON d.id = l.lid AND d.lease_gen = l.lgen
-    WHERE d.state = ` + sqlCompleted + `
-        AND NOT EXISTS (SELECT 1 FROM upd WHERE upd.id = l.lid AND upd.lease_gen = l.lgen))
+    WHERE d.state = ` + sqlCompleted + ` AND d.id = ANY($1::bigint[])
+        AND (l.lid, l.lgen) NOT IN (SELECT id, lease_gen FROM upd))
 SELECT COALESCE(array_agg(id), '{}')::bigint[], COALESCE(array_agg(lease_gen), '{}')::bigint[] FROM done`
 
 // completeManyUpdate is the batch of leases ($1 ids, $2 generations, outputs the
@@ -295,7 +295,7 @@ func completeManyUpdate(outputs string) string {
 WITH l AS MATERIALIZED (
     SELECT l.*, ` + sqlRunning + `::text AS lstate
     FROM unnest($1::bigint[], $2::bigint[], ` + outputs + `::jsonb[]) AS l(lid, lgen, lout)),
-` + completion("upd", "j.id = l.lid AND j.lease_gen = l.lgen AND j.state = l.lstate", "l", "l.lout",
+` + completion("upd", "j.id = l.lid AND j.lease_gen = l.lgen AND j.state = l.lstate AND j.id = ANY($1::bigint[])", "l", "l.lout",
 		"lout", "id, lease_gen").ctes()
 }
 
