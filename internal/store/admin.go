@@ -139,6 +139,12 @@ func CountUnknownKinds(ctx context.Context, db queue.DBTX, liveWithin time.Durat
 // unknown id, ErrWrongState when the job exists but the action does not apply.
 func adminWrite(ctx context.Context, db queue.DBTX, op string, id int64, sql string, args ...any) (*queue.JobRow, error) {
 	j, err := scanJob(db.QueryRow(ctx, sql, append([]any{id}, args...)...))
+	if errors.Is(err, pgx.ErrNoRows) {
+		// The statement may have waited for a finishing write that moved the job from
+		// the hot set to history: its snapshot, taken before, sees the job in neither
+		// table. A second statement sees where it is now.
+		j, err = scanJob(db.QueryRow(ctx, sql, append([]any{id}, args...)...))
+	}
 	if err == nil {
 		return j, nil
 	}

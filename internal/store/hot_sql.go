@@ -7,6 +7,7 @@ package store
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -36,6 +37,10 @@ func keepsKey(state string) string {
 // is empty unless jobs keep keys once finished, instead of looking up every row of the
 // batch again after the delete arm took them.
 var keepsFinal = fmt.Sprintf(`unique_key IS NOT NULL AND (unique_states::integer & %d) <> 0`, MaskOf(finalStates[:]...))
+
+// finalSQL are the final states as SQL literals (sqlCompleted, …), the new state of a
+// finish that always ends its rows.
+var finalSQL = []string{sqlCompleted, sqlDiscarded, sqlCancelled}
 
 // movesOut is the SQL of whether a hot row whose new state is state leaves for history.
 func movesOut(state string) string {
@@ -92,6 +97,12 @@ func (f finish) ctes() string {
 	for i, s := range set {
 		assign[i] = s[0] + " = " + s[1]
 	}
+	// A write whose new state is always final updates in place only the rows that keep
+	// their key: say so in the index's terms.
+	keeps := ""
+	if slices.Contains(finalSQL, f.state) {
+		keeps = " AND " + keepsFinal
+	}
 	n := f.name
 	return `
 ` + n + `_del AS (
@@ -104,7 +115,7 @@ func (f finish) ctes() string {
     RETURNING ` + f.returning + `),
 ` + n + `_upd AS (
     UPDATE ` + hotTable + ` j SET ` + strings.Join(assign, ", ") + using + `
-    WHERE ` + f.where + ` AND ` + keepsFinal + ` AND NOT ` + movesOut(f.state) + `
+    WHERE ` + f.where + keeps + ` AND NOT ` + movesOut(f.state) + `
     RETURNING ` + f.returning + `),
 ` + n + ` AS (
     SELECT * FROM ` + n + `_ins UNION ALL SELECT * FROM ` + n + `_upd)`
