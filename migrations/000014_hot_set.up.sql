@@ -17,8 +17,9 @@
 ALTER TABLE fenceq_jobs RENAME TO fenceq_jobs_hot;
 
 CREATE TABLE fenceq_jobs_history (LIKE fenceq_jobs_hot INCLUDING DEFAULTS INCLUDING CONSTRAINTS);
+-- One subcommand per ALTER TABLE: a Citus coordinator refuses ADD CONSTRAINT with others.
+ALTER TABLE fenceq_jobs_history ADD CONSTRAINT fenceq_jobs_history_pkey PRIMARY KEY (id);
 ALTER TABLE fenceq_jobs_history
-    ADD CONSTRAINT fenceq_jobs_history_pkey PRIMARY KEY (id),
     ADD CONSTRAINT fenceq_jobs_history_final_check CHECK (state IN ('completed', 'discarded', 'cancelled'));
 -- Retention: finished jobs by age.
 CREATE INDEX fenceq_jobs_history_finished_idx ON fenceq_jobs_history (finished_at);
@@ -53,26 +54,6 @@ SELECT id, queue, kind, args, state, priority, run_at, attempt, max_attempts, le
        metadata, output, unique_states, tags
 FROM fenceq_jobs_history;
 
--- An INSERT through the view takes the table's defaults.
-DO $do$
-BEGIN
-    EXECUTE format('ALTER VIEW fenceq_jobs ALTER COLUMN id SET DEFAULT nextval(%L)',
-        pg_get_serial_sequence('fenceq_jobs_hot', 'id'));
-END;
-$do$;
-ALTER VIEW fenceq_jobs ALTER COLUMN queue SET DEFAULT 'default';
-ALTER VIEW fenceq_jobs ALTER COLUMN args SET DEFAULT '{}';
-ALTER VIEW fenceq_jobs ALTER COLUMN state SET DEFAULT 'available';
-ALTER VIEW fenceq_jobs ALTER COLUMN priority SET DEFAULT 1;
-ALTER VIEW fenceq_jobs ALTER COLUMN run_at SET DEFAULT now();
-ALTER VIEW fenceq_jobs ALTER COLUMN attempt SET DEFAULT 0;
-ALTER VIEW fenceq_jobs ALTER COLUMN max_attempts SET DEFAULT 25;
-ALTER VIEW fenceq_jobs ALTER COLUMN lease_gen SET DEFAULT 0;
-ALTER VIEW fenceq_jobs ALTER COLUMN errors SET DEFAULT '[]';
-ALTER VIEW fenceq_jobs ALTER COLUMN created_at SET DEFAULT now();
-ALTER VIEW fenceq_jobs ALTER COLUMN metadata SET DEFAULT '{}';
-ALTER VIEW fenceq_jobs ALTER COLUMN tags SET DEFAULT '{}';
-
 -- fenceq_jobs_write carries a write through the view to the tables: an UPDATE or DELETE
 -- applies only while the row still has the lease_gen and state the statement read
 -- (otherwise it counts as matching nothing), and a row goes to history when its state is
@@ -95,6 +76,22 @@ BEGIN
         IF TG_OP = 'DELETE' THEN
             RETURN OLD;
         END IF;
+    ELSE
+        -- An INSERT through the view takes the tables' defaults for the columns it left
+        -- out (a view's own column defaults are not available on Citus).
+        NEW.id := COALESCE(NEW.id, nextval(pg_get_serial_sequence('fenceq_jobs_hot', 'id')));
+        NEW.queue := COALESCE(NEW.queue, 'default');
+        NEW.args := COALESCE(NEW.args, '{}');
+        NEW.state := COALESCE(NEW.state, 'available');
+        NEW.priority := COALESCE(NEW.priority, 1);
+        NEW.run_at := COALESCE(NEW.run_at, now());
+        NEW.attempt := COALESCE(NEW.attempt, 0);
+        NEW.max_attempts := COALESCE(NEW.max_attempts, 25);
+        NEW.lease_gen := COALESCE(NEW.lease_gen, 0);
+        NEW.errors := COALESCE(NEW.errors, '[]');
+        NEW.created_at := COALESCE(NEW.created_at, now());
+        NEW.metadata := COALESCE(NEW.metadata, '{}');
+        NEW.tags := COALESCE(NEW.tags, '{}');
     END IF;
     IF NEW.state IN ('completed', 'discarded', 'cancelled')
        AND NOT (NEW.unique_key IS NOT NULL AND fenceq_state_in_mask(NEW.state, NEW.unique_states)) THEN
