@@ -190,4 +190,3 @@ func lineWith(lines []string, s string) int {
 	}
 	return -1
 }
-
