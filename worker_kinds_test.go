@@ -73,22 +73,25 @@ func TestWorkerLeavesUnknownKindsAlone(t *testing.T) {
 	}
 }
 
-// claimTracer counts the claim statements a worker sends: those starting from the start
-// of the claim order and those starting after a position (a cursor or a floor).
+// claimTracer counts the queues' claims a worker sends: those starting from the start of
+// the claim order and those starting after a position (a cursor or a floor).
 type claimTracer struct {
 	mu                sync.Mutex
 	fromStart, behind int
 }
 
 func (c *claimTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
-	if strings.Contains(d.SQL, "FOR UPDATE SKIP LOCKED") && strings.Contains(d.SQL, "kind = ANY(") {
-		c.mu.Lock()
-		if strings.Contains(d.SQL, "(priority, run_at, id) >") {
+	if !strings.Contains(d.SQL, claimMarker) || !strings.Contains(d.SQL, "kind = ANY(") {
+		return ctx
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, id := range claimCursors(d.Args) {
+		if id != nil {
 			c.behind++
 		} else {
 			c.fromStart++
 		}
-		c.mu.Unlock()
 	}
 	return ctx
 }
