@@ -81,18 +81,14 @@ type claimTracer struct {
 }
 
 func (c *claimTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
-	if !strings.Contains(d.SQL, claimMarker) || !strings.Contains(d.SQL, "kind = ANY(") {
+	if !isClaim(d.SQL) || !strings.Contains(d.SQL, "kind = ANY(") {
 		return ctx
 	}
+	fromStart, after := claimStarts(d)
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, id := range claimCursors(d.Args) {
-		if id != nil {
-			c.behind++
-		} else {
-			c.fromStart++
-		}
-	}
+	c.fromStart += fromStart
+	c.behind += after
+	c.mu.Unlock()
 	return ctx
 }
 
