@@ -425,6 +425,18 @@ func (w *Worker) runClaims(ctx context.Context) {
 	}
 }
 
+// rotateAfter returns the position in order after qs (its name's place when it has
+// left). w.mu must be held.
+func (w *Worker) rotateAfter(qs *queueState) int {
+	i, _ := slices.BinarySearchFunc(w.order, qs.name, func(e *queueState, name string) int {
+		return strings.Compare(e.name, name)
+	})
+	if i < len(w.order) && w.order[i] == qs {
+		i++
+	}
+	return i
+}
+
 // claimPick is a queue of a claim round and the most jobs to claim from it.
 type claimPick struct {
 	qs     *queueState
@@ -435,15 +447,18 @@ type claimPick struct {
 // claimRound claims, in one statement, from the queues that are dirty (every queue when
 // all is set) up to their free slots, and starts the jobs. It reports whether another
 // round should follow at once: a queue's claim came back full (there may be more), or
-// ClaimBatchSize left dirty queues for the next round.
+// the statement stopped at ClaimBatchSize before some queues.
 //
 // A queue's claim takes at most its free slots, at most ClaimBatchSize and at most half
 // of its MaxWorkers, so that under load the next claim runs while the completions of
 // the previous batch are being written: a claim allowed to fill every slot would make
-// claiming and completing alternate instead of overlap. The round takes at most
-// ClaimBatchSize in all, starting after the last queue the previous round took, so that
-// no queue waits behind the others. A queue without a free slot is left out and marked
-// starved: its next freed slot makes it dirty again.
+// claiming and completing alternate instead of overlap. The statement lists every
+// dirty queue with a free slot, however many, and takes at most ClaimBatchSize jobs in
+// all, visiting the queues from after the last one the previous round took jobs from,
+// so that no queue waits behind the others. Capping the jobs rather than the sum of the
+// queues' limits keeps an idle poll one statement whatever the number of queues. A
+// queue without a free slot is left out and marked starved: its next freed slot makes
+// it dirty again.
 func (w *Worker) claimRound(ctx context.Context, all bool) bool {
 	select {
 	case w.inRound <- struct{}{}:
@@ -453,8 +468,6 @@ func (w *Worker) claimRound(ctx context.Context, all bool) bool {
 	defer func() { <-w.inRound }()
 
 	var picks []claimPick
-	left := false
-	budget := w.cfg.ClaimBatchSize
 	w.mu.Lock()
 	n := len(w.order)
 	start := 0
@@ -472,24 +485,17 @@ func (w *Worker) claimRound(ctx context.Context, all bool) bool {
 		if !qs.dirty {
 			continue
 		}
-		if budget == 0 {
-			left = true
-			break
-		}
 		qs.dirty = false
 		free := qs.max - w.running[qs.name]
 		qs.starved = free <= 0
 		if free <= 0 {
 			continue
 		}
-		limit := min(free, w.cfg.ClaimBatchSize, (qs.max+1)/2, budget)
-		budget -= limit
-		picks = append(picks, claimPick{qs: qs, limit: limit})
-		w.rotate = k + 1
+		picks = append(picks, claimPick{qs: qs, limit: min(free, w.cfg.ClaimBatchSize, (qs.max+1)/2)})
 	}
 	w.mu.Unlock()
 	if len(picks) == 0 {
-		return left
+		return false
 	}
 
 	sent := time.Now()
@@ -516,7 +522,7 @@ func (w *Worker) claimRound(ctx context.Context, all bool) bool {
 		claims[i] = store.QueueClaim{Name: qs.name, Limit: p.limit, After: after}
 	}
 	rows, err := store.ClaimMany(ctx, w.pool, store.ClaimManyParams{
-		WorkerID: w.cfg.ID, Lease: w.cfg.LeaseDuration, Kinds: w.kinds, Queues: claims})
+		WorkerID: w.cfg.ID, Lease: w.cfg.LeaseDuration, Kinds: w.kinds, Queues: claims, Max: w.cfg.ClaimBatchSize})
 	if err != nil {
 		if ctx.Err() == nil {
 			w.log.Warn("claim failed", "queues", len(claims), "err", err)
@@ -527,9 +533,34 @@ func (w *Worker) claimRound(ctx context.Context, all bool) bool {
 	for _, r := range rows {
 		byQueue[r.Queue] = append(byQueue[r.Queue], r)
 	}
-	again := left
-	for _, p := range picks {
+	// A statement that took ClaimBatchSize jobs may have stopped before some queues: a
+	// queue that got fewer than its limit is then claimed again in the next round, as
+	// if it had come back full, and one that got none keeps its state as it was. The
+	// next round starts after the last queue that got jobs.
+	capped := len(rows) >= w.cfg.ClaimBatchSize
+	again := false
+	last := -1
+	for i, p := range picks {
 		qs, got := p.qs, byQueue[p.qs.name]
+		if len(got) > 0 {
+			last = i
+		}
+		if capped && len(got) < p.limit {
+			again = true
+			w.mu.Lock()
+			qs.dirty = true
+			w.mu.Unlock()
+			if len(got) == 0 {
+				continue
+			}
+			if p.behind {
+				qs.cursor, qs.lookedBehind = nil, sent
+			}
+			if c := store.CursorAfter(got); qs.cursor == nil || qs.cursor.Less(*c) {
+				qs.cursor = c
+			}
+			continue
+		}
 		if p.behind {
 			qs.cursor, qs.lookedBehind = nil, sent
 		}
@@ -557,6 +588,11 @@ func (w *Worker) claimRound(ctx context.Context, all bool) bool {
 			qs.dirty = true
 			w.mu.Unlock()
 		}
+	}
+	if last >= 0 {
+		w.mu.Lock()
+		w.rotate = w.rotateAfter(picks[last].qs)
+		w.mu.Unlock()
 	}
 	for _, r := range rows {
 		w.startExecution(r, sent)

@@ -115,6 +115,34 @@ func TestClaimManyKindsAndOtherKindsAhead(t *testing.T) {
 	}
 }
 
+// With Max, ClaimMany takes at most that many jobs in all, visiting the queues in their
+// order: the first queues get their limits, the next what is left, the rest nothing.
+func TestClaimManyMax(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, q := range []string{"a", "b", "c"} {
+		for range 5 {
+			b.insert(t, store.InsertParams{Queue: q})
+		}
+	}
+	got, err := store.ClaimMany(b.ctx, b.db.Pool, store.ClaimManyParams{WorkerID: "w", Lease: time.Minute, Max: 7,
+		Queues: []store.QueueClaim{{Name: "c", Limit: 4}, {Name: "a", Limit: 5}, {Name: "b", Limit: 5}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := map[string]int{}
+	for _, j := range got {
+		n[j.Queue]++
+	}
+	if len(got) != 7 || n["c"] != 4 || n["a"] != 3 || n["b"] != 0 {
+		t.Fatalf("claimed %d jobs %v with Max 7, want c:4 a:3", len(got), n)
+	}
+	var running int
+	if err := b.db.Pool.QueryRow(b.ctx, `SELECT count(*) FROM fenceq_jobs WHERE state <> 'available'`).Scan(&running); err != nil || running != 7 {
+		t.Fatalf("%d jobs not available (%v), want the 7 claimed", running, err)
+	}
+}
+
 // ClaimMany refuses a queue listed twice and a lease that is not positive, and claims
 // nothing from an empty list.
 func TestClaimManyBadInput(t *testing.T) {
@@ -151,7 +179,7 @@ func TestClaimManyPlan(t *testing.T) {
 	}
 	defer func() { _ = tx.Rollback(b.ctx) }()
 	var plan []string
-	rows, err := tx.Query(b.ctx, "EXPLAIN (COSTS OFF) "+store.SQLClaimManyKinds, "w", int64(60e6),
+	rows, err := tx.Query(b.ctx, "EXPLAIN (COSTS OFF) "+store.SQLClaimManyKinds, "w", int64(60e6), 15,
 		[]string{"q1", "q2", "q3"}, []int32{5, 5, 5}, []*int16{nil, new(int16(1)), nil},
 		[]*time.Time{nil, new(time.Now()), nil}, []*int64{nil, new(int64(500)), nil}, []string{"k"})
 	if err != nil {

@@ -107,13 +107,17 @@ func claimSet(worker, lease string) string {
 }
 
 // claimManySQL claims from many queues in one statement: $1 worker id, $2 lease (µs),
-// then one array per column of the queues' batch: $3 names, $4 limits, and the cursor
-// of each queue, $5 priority, $6 run_at, $7 id (NULL elements for a queue claimed from
-// the start of the order). With kinds, $8 is the text array of the kinds claimed.
+// $3 the most jobs in all, then one array per column of the queues' batch: $4 names,
+// $5 limits, and the cursor of each queue, $6 priority, $7 run_at, $8 id (NULL elements
+// for a queue claimed from the start of the order). With kinds, $9 is the text array of
+// the kinds claimed.
 //
 // Each queue of the batch that is not paused is claimed by a LATERAL subquery of its
 // own, claimSQL's scan: the claim index from the queue's cursor on, in claim order,
-// LIMIT the queue's limit, FOR UPDATE SKIP LOCKED. A missing cursor is the lowest
+// LIMIT the queue's limit, FOR UPDATE SKIP LOCKED. The queues are visited in the order
+// of the batch, and the visit stops once $3 jobs are taken (the nested loop stops
+// pulling rows, so no row past them is locked): the queues after that point are not
+// claimed from. A missing cursor is the lowest
 // position of the order (the least smallint, -infinity, id 0: ids start at 1), so that
 // the row comparison is an index condition of every queue's scan, where an OR with "no
 // cursor" would be a filter. The batch is MATERIALIZED: read once, each queue scanned
@@ -124,11 +128,11 @@ func claimManySQL(kinds bool) string {
 	kind := ""
 	if kinds {
 		kind = `
-          AND kind = ANY($8::text[])`
+          AND kind = ANY($9::text[])`
 	}
 	return `
 WITH q AS MATERIALIZED (
-    SELECT * FROM unnest($3::text[], $4::int[], $5::smallint[], $6::timestamptz[], $7::bigint[])
+    SELECT * FROM unnest($4::text[], $5::int[], $6::smallint[], $7::timestamptz[], $8::bigint[])
         AS q(name, n, cp, cr, cid)
     WHERE NOT EXISTS (SELECT 1 FROM fenceq_queues p WHERE p.name = q.name AND p.paused)),
 next AS (
@@ -139,7 +143,8 @@ next AS (
                                         COALESCE(q.cr, '-infinity'::timestamptz), COALESCE(q.cid, 0::bigint))` + kind + `
         ORDER BY priority, run_at, id
         LIMIT q.n
-        FOR UPDATE SKIP LOCKED) x)
+        FOR UPDATE SKIP LOCKED) x
+    LIMIT $3)
 UPDATE fenceq_jobs
 SET ` + claimSet("$1", "$2") + `
 WHERE id = ANY (ARRAY(SELECT id FROM next))

@@ -124,6 +124,10 @@ type ClaimManyParams struct {
 	// Queues are the queues to claim from, each once, with a limit and a cursor of its
 	// own. Queues with a Limit of 0 or less are left out.
 	Queues []QueueClaim
+	// Max, when positive, is the most jobs claimed in all. The queues are claimed from
+	// in their order until Max jobs are taken; when that many come back, the queues
+	// that returned fewer than their Limit may not have been claimed from at all.
+	Max int
 }
 
 // QueueClaim is one queue of a ClaimMany.
@@ -136,10 +140,10 @@ type QueueClaim struct {
 	After *ClaimCursor
 }
 
-// ClaimMany leases available jobs of many queues to a worker, up to each queue's Limit,
-// in one statement whatever the number of queues: each queue's jobs are taken in claim
-// order from its cursor on, as Claim takes them, paused queues yield nothing, and the
-// rows (each with its Queue) come in no particular order. Its cost grows with the jobs
+// ClaimMany leases available jobs of many queues to a worker, up to each queue's Limit
+// and up to Max in all, in one statement whatever the number of queues: each queue's
+// jobs are taken in claim order from its cursor on, as Claim takes them, paused queues
+// yield nothing, and the rows (each with its Queue) come in no particular order. Its cost grows with the jobs
 // claimed and the queues listed, not with a round trip per queue, so a worker serving
 // many queues polls them all with one statement.
 //
@@ -165,6 +169,9 @@ func ClaimMany(ctx context.Context, db queue.DBTX, p ClaimManyParams) ([]*queue.
 	if n == 0 {
 		return nil, nil
 	}
+	if p.Max > 0 {
+		total = min(total, p.Max)
+	}
 	names := make([]string, 0, n)
 	limits := make([]int32, 0, n)
 	prios := make([]*int16, 0, n)
@@ -186,10 +193,10 @@ func ClaimMany(ctx context.Context, db queue.DBTX, p ClaimManyParams) ([]*queue.
 	err := onConn(ctx, db, func(db queue.DBTX, dist bool) error {
 		if dist {
 			var err error
-			jobs, err = claimEach(ctx, db, p)
+			jobs, err = claimEach(ctx, db, p, total)
 			return err
 		}
-		sql, args := sqlClaimMany, []any{customPlan, p.WorkerID, micros(p.Lease), names, limits, prios, runAts, ids}
+		sql, args := sqlClaimMany, []any{customPlan, p.WorkerID, micros(p.Lease), total, names, limits, prios, runAts, ids}
 		if p.Kinds != nil {
 			sql, args = sqlClaimManyKinds, append(args, p.Kinds)
 		}
@@ -206,12 +213,15 @@ func ClaimMany(ctx context.Context, db queue.DBTX, p ClaimManyParams) ([]*queue.
 	return jobs, nil
 }
 
-// claimEach is ClaimMany as one Claim per queue.
-func claimEach(ctx context.Context, db queue.DBTX, p ClaimManyParams) ([]*queue.JobRow, error) {
+// claimEach is ClaimMany as one Claim per queue, in order, until total jobs are taken.
+func claimEach(ctx context.Context, db queue.DBTX, p ClaimManyParams, total int) ([]*queue.JobRow, error) {
 	var out []*queue.JobRow
 	for _, q := range p.Queues {
-		jobs, err := Claim(ctx, db, ClaimParams{Queue: q.Name, WorkerID: p.WorkerID, Limit: q.Limit, Lease: p.Lease,
-			After: q.After, Kinds: p.Kinds})
+		if len(out) >= total {
+			break
+		}
+		jobs, err := Claim(ctx, db, ClaimParams{Queue: q.Name, WorkerID: p.WorkerID, Limit: min(q.Limit, total-len(out)),
+			Lease: p.Lease, After: q.After, Kinds: p.Kinds})
 		if err != nil {
 			return out, err
 		}
