@@ -41,12 +41,14 @@ type Config struct {
 	// ReaperInterval, and a scheduled job or a retry becomes available up to
 	// ReaperInterval after its run_at. Defaults to 5s.
 	ReaperInterval time.Duration
-	// PollInterval is how often each queue is polled when no wake-up arrives. Defaults
-	// to 1s.
+	// PollInterval is how often the worker polls its queues when no wake-up arrives:
+	// one claim statement for all of them (more only when their claims add up to more
+	// than ClaimBatchSize). Defaults to 1s.
 	PollInterval time.Duration
-	// ClaimBatchSize caps the jobs claimed in one statement. A claim never takes more
-	// than the queue's free slots, nor more than half its MaxWorkers (so claiming
-	// overlaps the completion of the previous batch). Defaults to 1000.
+	// ClaimBatchSize caps the jobs claimed in one statement, which claims from all the
+	// queues that have work and free slots. A queue's part never exceeds its free slots,
+	// nor half its MaxWorkers (so claiming overlaps the completion of the previous
+	// batch). Defaults to 1000.
 	ClaimBatchSize int
 	// CompleteBatchSize caps the completions written in one statement. Defaults to 1000.
 	CompleteBatchSize int

@@ -426,8 +426,8 @@ func (e *execution) releaseFinish() {
 	}
 }
 
-// freeSlot gives the execution's queue slot back, once, and wakes the queue's claim
-// loop if it waits for a slot. A job whose handler succeeded gives it back as soon as
+// freeSlot gives the execution's queue slot back, once, and has the claim loop claim
+// from the queue if the queue waits for a slot. A job whose handler succeeded gives it back as soon as
 // its completion is queued for the next batch, not when the batch is written: slots
 // held until the write would limit each claim to the slots the last batch freed, so
 // claims would come back smaller than allowed and completions in more statements. The
@@ -444,13 +444,13 @@ func (e *execution) freeSlot() {
 	e.mu.Unlock()
 	w.mu.Lock()
 	w.running[e.row.Queue]--
-	ql := w.queues[e.row.Queue]
-	wake := ql != nil && ql.starved
+	qs := w.queues[e.row.Queue]
+	wake := qs != nil && qs.starved
 	if wake {
-		ql.starved = false
+		qs.starved, qs.dirty = false, true
 	}
 	w.mu.Unlock()
 	if wake {
-		ql.poke()
+		w.wakeClaims()
 	}
 }

@@ -39,7 +39,8 @@ func (w *Worker) AddQueue(ctx context.Context, name string, qc QueueConfig) erro
 		return fmt.Errorf("add queue %q: already served", name)
 	}
 	if w.state == stateNew {
-		w.queues[name] = newQueueLoop(name, qc.MaxWorkers)
+		w.queues[name] = &queueState{name: name, max: qc.MaxWorkers}
+		w.reorderLocked()
 		w.cfg.Queues[name] = qc
 		w.mu.Unlock()
 		return nil
@@ -55,17 +56,16 @@ func (w *Worker) AddQueue(ctx context.Context, name string, qc QueueConfig) erro
 	if err := w.changeableLocked("add queue " + name); err != nil {
 		return err // Stop began meanwhile; its deregistration removes the row
 	}
-	ql := newQueueLoop(name, qc.MaxWorkers)
-	w.queues[name] = ql
+	w.queues[name] = &queueState{name: name, max: qc.MaxWorkers, dirty: true}
+	w.reorderLocked()
 	w.cfg.Queues[name] = qc
-	w.claimWG.Add(1)
-	go w.runQueue(w.claimCtx, ql)
+	w.wakeClaims()
 	w.log.Info("queue added", "queue", name, "max_workers", qc.MaxWorkers)
 	return nil
 }
 
-// RemoveQueue stops serving a queue: it waits (until ctx is done) for the queue's claim
-// loop to end after its current claim, then records the change in the worker's
+// RemoveQueue stops serving a queue: it waits (until ctx is done) for a claim from the
+// queue in flight to end, after which none starts, then records the change in the worker's
 // fenceq_workers row. The queue's running jobs are not interrupted: they finish, and
 // their leases are renewed until they do. Before Start it only takes the queue out of
 // those Start serves.
@@ -77,12 +77,12 @@ func (w *Worker) RemoveQueue(ctx context.Context, name string) error {
 		w.mu.Unlock()
 		return err
 	}
-	ql, ok := w.queues[name]
-	if !ok {
+	if _, ok := w.queues[name]; !ok {
 		w.mu.Unlock()
 		return fmt.Errorf("remove queue %q: %w", name, ErrUnknownQueue)
 	}
 	delete(w.queues, name)
+	w.reorderLocked()
 	delete(w.cfg.Queues, name)
 	started := w.state != stateNew
 	names := w.queueNamesLocked()
@@ -90,11 +90,13 @@ func (w *Worker) RemoveQueue(ctx context.Context, name string) error {
 	if !started {
 		return nil
 	}
-	close(ql.stop)
+	// A claim round that began before the queue left the map may still claim from it;
+	// the rounds after it do not.
 	select {
-	case <-ql.done:
+	case w.inRound <- struct{}{}:
+		<-w.inRound
 	case <-ctx.Done():
-		return fmt.Errorf("remove queue %q: waiting for its claim loop: %w", name, ctx.Err())
+		return fmt.Errorf("remove queue %q: waiting for the claim in flight: %w", name, ctx.Err())
 	}
 	if err := w.writeRow(ctx, names); err != nil {
 		w.rowStale.Store(true) // the next heartbeat writes it again
@@ -113,15 +115,15 @@ func (w *Worker) SetQueueConcurrency(name string, maxWorkers int) error {
 		return fmt.Errorf("set concurrency of queue %q: %d must be at least 1", name, maxWorkers)
 	}
 	w.mu.Lock()
-	ql, ok := w.queues[name]
+	qs, ok := w.queues[name]
 	if !ok {
 		w.mu.Unlock()
 		return fmt.Errorf("set concurrency of queue %q: %w", name, ErrUnknownQueue)
 	}
-	ql.max = maxWorkers
+	qs.max, qs.dirty = maxWorkers, true
 	w.cfg.Queues[name] = QueueConfig{MaxWorkers: maxWorkers}
 	w.mu.Unlock()
-	ql.poke()
+	w.wakeClaims()
 	return nil
 }
 

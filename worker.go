@@ -8,6 +8,7 @@ import (
 	"maps"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,17 +32,30 @@ type Worker struct {
 	// there is none.
 	inserter *Inserter
 
-	mu       sync.Mutex
-	execs    map[leaseKey]*execution // by (job id, generation): a job revoked here may be re-claimed here
-	running  map[string]int          // per queue: handlers running or settling (a success frees its slot once its completion is queued)
-	state    lifecycle
-	queues   map[string]*queueLoop
+	mu      sync.Mutex
+	execs   map[leaseKey]*execution // by (job id, generation): a job revoked here may be re-claimed here
+	running map[string]int          // per queue: handlers running or settling (a success frees its slot once its completion is queued)
+	state   lifecycle
+	queues  map[string]*queueState
+	// order is the queues sorted by name: the claim loop's round robin.
+	order    []*queueState
 	complete chan *execution
-	// claimTurns bounds the claim statements in flight across the worker's queues (see
-	// claimConcurrency): a claim loop takes a turn before it counts its free slots.
-	claimTurns chan struct{}
 
-	claimCtx     context.Context // the claim loops' context, set by Start (for AddQueue)
+	// claimWake wakes the claim loop (a queue became dirty).
+	claimWake chan struct{}
+	// inRound holds a value while the claim loop runs a round, from choosing its queues
+	// to starting the jobs claimed; RemoveQueue puts one in to wait for a round that
+	// may claim from the queue it removed.
+	inRound chan struct{}
+	// rotate is where the claim loop's next round starts in order, so that when a
+	// round cannot take every dirty queue (ClaimBatchSize) the next takes the rest
+	// first. Guarded by mu.
+	rotate int
+	// wantFloor are the queues waiting for findFloors, and floorsChecked when it last
+	// looked. Only the claim loop touches them.
+	wantFloor     []*queueState
+	floorsChecked time.Time
+
 	claimCancel  context.CancelFunc
 	bgCancel     context.CancelFunc
 	claimWG      sync.WaitGroup
@@ -80,43 +94,37 @@ type leaseKey struct{ id, gen int64 }
 
 func keyOf(l queue.Lease) leaseKey { return leaseKey{l.JobID, l.Gen} }
 
-type queueLoop struct {
+// queueState is what the claim loop keeps of one served queue.
+type queueState struct {
 	name string
-	max  int
-	wake chan struct{}
+	// max, dirty and starved are guarded by Worker.mu.
+	max int
+	// dirty asks the claim loop to claim from the queue in its next round: a job was
+	// announced in it, a freed slot ended its starvation, its last claim was full, its
+	// concurrency changed, or it was just added. Every queue is claimed on each poll
+	// tick besides.
+	dirty bool
+	// starved is set when the claim loop found no free slot; the next freed slot makes
+	// the queue dirty and wakes the loop. Freed slots do not otherwise: a wake-up per
+	// finished job would cost every job an empty claim besides its own.
+	starved bool
 	// cursor is where the last claim ended in claim order and lookedBehind when the
-	// queue was last claimed from the start of the order. Only the queue's claim loop
-	// touches them.
+	// queue was last claimed from the start of the order. Only the claim loop touches
+	// them.
 	cursor       *store.ClaimCursor
 	lookedBehind time.Time
-	// starved is set, under Worker.mu, when the claim loop found no free slot; the next
-	// freed slot wakes it. Freed slots do not wake it otherwise: a wake-up per finished
-	// job would cost every job an empty claim besides its own.
-	starved bool
 	// floor is the last job of a kind this worker has no handler for that a look from
 	// the start of the order found ahead of the jobs it could claim, and checkedFloor
 	// when it was last looked for. Claims that would start from the start start after
 	// the floor instead, except the look behind, so a queue whose head holds jobs of
-	// other kinds is walked once per PollInterval, not by every claim. Only the claim
-	// loop touches them.
+	// other kinds is walked once per PollInterval, not by every claim. floorBefore is
+	// set, when a short claim from the start wants the floor looked for, to the first
+	// job it claimed (nil for none); floorWanted says so. Only the claim loop touches
+	// them.
 	floor        *store.ClaimCursor
 	checkedFloor time.Time
-	// stop ends the claim loop after its current claim (RemoveQueue); done is closed
-	// when it has ended.
-	stop chan struct{}
-	done chan struct{}
-}
-
-func newQueueLoop(name string, max int) *queueLoop {
-	return &queueLoop{name: name, max: max, wake: make(chan struct{}, 1),
-		stop: make(chan struct{}), done: make(chan struct{})}
-}
-
-func (q *queueLoop) poke() {
-	select {
-	case q.wake <- struct{}{}:
-	default:
-	}
+	floorWanted  bool
+	floorBefore  *store.ClaimCursor
 }
 
 // NewWorker validates the config and returns a worker that is not started yet.
@@ -134,14 +142,15 @@ func NewWorker(pool *pgxpool.Pool, cfg Config) (*Worker, error) {
 	}
 	w := &Worker{
 		cfg: cfg, pool: pool, hooks: hooks,
-		log:        cfg.Logger.With("worker", cfg.ID),
-		execs:      map[leaseKey]*execution{},
-		running:    map[string]int{},
-		queues:     map[string]*queueLoop{},
-		runners:    newRunners(runnerIdle),
-		complete:   make(chan *execution, cfg.CompleteBatchSize),
-		claimTurns: make(chan struct{}, claimConcurrency(pool)),
-		kinds:      cfg.Handlers.Kinds(),
+		log:       cfg.Logger.With("worker", cfg.ID),
+		execs:     map[leaseKey]*execution{},
+		running:   map[string]int{},
+		queues:    map[string]*queueState{},
+		runners:   newRunners(runnerIdle),
+		complete:  make(chan *execution, cfg.CompleteBatchSize),
+		claimWake: make(chan struct{}, 1),
+		inRound:   make(chan struct{}, 1),
+		kinds:     cfg.Handlers.Kinds(),
 	}
 	slices.Sort(w.kinds)
 	if w.periodic, err = cfg.periodicParams(); err != nil {
@@ -151,8 +160,9 @@ func NewWorker(pool *pgxpool.Pool, cfg Config) (*Worker, error) {
 		w.inserter = NewInserter(cfg.InsertMiddleware...)
 	}
 	for name, q := range cfg.Queues {
-		w.queues[name] = newQueueLoop(name, q.MaxWorkers)
+		w.queues[name] = &queueState{name: name, max: q.MaxWorkers}
 	}
+	w.reorderLocked()
 	return w, nil
 }
 
@@ -221,29 +231,30 @@ func (w *Worker) Start(ctx context.Context) error {
 			store.Listen(claimCtx, w.pool, store.ListenConfig{
 				OnNotify: func(q string) {
 					w.mu.Lock()
-					ql := w.queues[q]
+					qs := w.queues[q]
+					if qs != nil {
+						qs.dirty = true
+					}
 					w.mu.Unlock()
-					if ql != nil {
-						ql.poke()
+					if qs != nil {
+						w.wakeClaims()
 					}
 				},
 				OnConnect: func() {
 					w.mu.Lock()
-					defer w.mu.Unlock()
-					for _, ql := range w.queues {
-						ql.poke()
+					for _, qs := range w.queues {
+						qs.dirty = true
 					}
+					w.mu.Unlock()
+					w.wakeClaims()
 				},
 				OnError: func(err error) { w.log.Warn("job wake-ups interrupted; polling meanwhile", "err", err) },
 			})
 		}()
 	}
+	w.claimWG.Add(1)
+	go w.runClaims(claimCtx)
 	w.mu.Lock()
-	w.claimCtx = claimCtx
-	for _, ql := range w.queues {
-		w.claimWG.Add(1)
-		go w.runQueue(claimCtx, ql)
-	}
 	w.state = stateStarted
 	names := w.queueNamesLocked()
 	w.mu.Unlock()
@@ -365,139 +376,269 @@ func (w *Worker) RunningJobs() []queue.Lease {
 	return out
 }
 
-func (w *Worker) runQueue(ctx context.Context, ql *queueLoop) {
+// wakeClaims wakes the claim loop if it waits.
+func (w *Worker) wakeClaims() {
+	select {
+	case w.claimWake <- struct{}{}:
+	default:
+	}
+}
+
+// reorderLocked rebuilds order from queues. w.mu must be held.
+func (w *Worker) reorderLocked() {
+	order := make([]*queueState, 0, len(w.queues))
+	for _, qs := range w.queues {
+		order = append(order, qs)
+	}
+	slices.SortFunc(order, func(a, b *queueState) int { return strings.Compare(a.name, b.name) })
+	w.order = order
+}
+
+// runClaims is the worker's claim loop: one goroutine claims for every queue the worker
+// serves, with one statement per round whatever the number of queues. A round claims
+// from the dirty queues, and from every queue on each PollInterval tick, so that a lost
+// wake-up delays work by at most PollInterval; a round after which there may be more to
+// claim is followed by another at once.
+func (w *Worker) runClaims(ctx context.Context) {
 	defer w.claimWG.Done()
-	defer close(ql.done)
 	poll := time.NewTicker(w.cfg.PollInterval)
 	defer poll.Stop()
+	all := true
 	for {
 		select {
-		case <-ql.stop:
-			return
+		case <-poll.C: // a tick that fell due during a backlog
+			all = true
 		default:
 		}
-		full := w.claimOnce(ctx, ql)
-		if full && ctx.Err() == nil {
-			continue // there may be more: claim again at once
+		again := w.claimRound(ctx, all)
+		all = false
+		if ctx.Err() != nil {
+			return
+		}
+		if again {
+			continue
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-ql.stop:
-			return
-		case <-ql.wake:
+		case <-w.claimWake:
 		case <-poll.C:
+			all = true
 		}
 	}
 }
 
-// claimConcurrency is how many claim statements a worker runs at once across its
-// queues: half of the pool's connections, at least one. Every queue has a claim loop of
-// its own, and a worker serving many small queues would otherwise fill the pool with
-// claims: the completer and the heartbeat would wait behind them for a connection,
-// slots would stay taken by jobs whose completions cannot be queued, and each freed
-// slot would cost a claim of one job. A loop that waits for its turn counts its free
-// slots once it has it, so the slots freed meanwhile go into one claim.
-func claimConcurrency(pool *pgxpool.Pool) int {
-	return max(1, int(pool.Config().MaxConns)/2)
+// rotateAfter returns the position in order after qs (its name's place when it has
+// left). w.mu must be held.
+func (w *Worker) rotateAfter(qs *queueState) int {
+	i, _ := slices.BinarySearchFunc(w.order, qs.name, func(e *queueState, name string) int {
+		return strings.Compare(e.name, name)
+	})
+	if i < len(w.order) && w.order[i] == qs {
+		i++
+	}
+	return i
 }
 
-// claimOnce claims up to the free slots of a queue and starts the jobs. It reports
-// whether it filled the batch it asked for.
+// claimPick is a queue of a claim round and the most jobs to claim from it.
+type claimPick struct {
+	qs     *queueState
+	limit  int
+	behind bool // claimed from the start of the order
+}
+
+// claimRound claims, in one statement, from the queues that are dirty (every queue when
+// all is set) up to their free slots, and starts the jobs. It reports whether another
+// round should follow at once: a queue's claim came back full (there may be more), or
+// the statement stopped at ClaimBatchSize before some queues.
 //
-// One claim takes at most half of the queue's slots, so that under load the next claim
-// runs while the completions of the previous batch are being written: a claim allowed
-// to fill every slot would make claiming and completing alternate instead of overlap.
-func (w *Worker) claimOnce(ctx context.Context, ql *queueLoop) bool {
+// A queue's claim takes at most its free slots, at most ClaimBatchSize and at most half
+// of its MaxWorkers, so that under load the next claim runs while the completions of
+// the previous batch are being written: a claim allowed to fill every slot would make
+// claiming and completing alternate instead of overlap. The statement lists every
+// dirty queue with a free slot, however many, and takes at most ClaimBatchSize jobs in
+// all, visiting the queues from after the last one the previous round took jobs from,
+// so that no queue waits behind the others. Capping the jobs rather than the sum of the
+// queues' limits keeps an idle poll one statement whatever the number of queues. A
+// queue without a free slot is left out and marked starved: its next freed slot makes
+// it dirty again.
+func (w *Worker) claimRound(ctx context.Context, all bool) bool {
 	select {
-	case w.claimTurns <- struct{}{}:
+	case w.inRound <- struct{}{}:
 	case <-ctx.Done():
 		return false
-	case <-ql.stop:
-		return false
 	}
-	defer func() { <-w.claimTurns }()
+	defer func() { <-w.inRound }()
+
+	var picks []claimPick
 	w.mu.Lock()
-	maxWorkers := ql.max
-	free := maxWorkers - w.running[ql.name]
-	ql.starved = free <= 0
+	n := len(w.order)
+	start := 0
+	if n > 0 {
+		start = w.rotate % n
+	}
+	if all {
+		for _, qs := range w.order {
+			qs.dirty = true
+		}
+	}
+	for i := range n {
+		k := (start + i) % n
+		qs := w.order[k]
+		if !qs.dirty {
+			continue
+		}
+		qs.dirty = false
+		free := qs.max - w.running[qs.name]
+		qs.starved = free <= 0
+		if free <= 0 {
+			continue
+		}
+		picks = append(picks, claimPick{qs: qs, limit: min(free, w.cfg.ClaimBatchSize, (qs.max+1)/2)})
+	}
 	w.mu.Unlock()
-	limit := min(free, w.cfg.ClaimBatchSize, (maxWorkers+1)/2)
-	if limit <= 0 {
+	if len(picks) == 0 {
 		return false
 	}
+
 	sent := time.Now()
-	// Under a backlog (the last claim was full), claim after the position where the last
-	// claim ended, so the claim does not walk the dead index entries of the jobs claimed
-	// before it: a claim from the start reads every one of them until VACUUM removes
-	// them, and none can be removed while an old transaction holds the horizon. Without
-	// a backlog, claim after the floor (jobs of other kinds at the head), if any. Jobs
-	// that become available behind the cursor or the floor are claimed from the start
-	// of the order, which happens at least once per PollInterval and whenever there is
-	// neither.
-	after := ql.cursor
-	if after == nil {
-		after = ql.floor
+	claims := make([]store.QueueClaim, len(picks))
+	for i := range picks {
+		p := &picks[i]
+		qs := p.qs
+		// Under a backlog (the last claim was full), claim after the position where the
+		// last claim ended, so the claim does not walk the dead index entries of the
+		// jobs claimed before it: a claim from the start reads every one of them until
+		// VACUUM removes them, and none can be removed while an old transaction holds
+		// the horizon. Without a backlog, claim after the floor (jobs of other kinds at
+		// the head), if any. Jobs that become available behind the cursor or the floor
+		// are claimed from the start of the order, which happens at least once per
+		// PollInterval and whenever there is neither.
+		after := qs.cursor
+		if after == nil {
+			after = qs.floor
+		}
+		p.behind = after == nil || sent.Sub(qs.lookedBehind) >= w.cfg.PollInterval
+		if p.behind {
+			after = nil
+		}
+		claims[i] = store.QueueClaim{Name: qs.name, Limit: p.limit, After: after}
 	}
-	behind := after == nil || sent.Sub(ql.lookedBehind) >= w.cfg.PollInterval
-	if behind {
-		after = nil
-	}
-	rows, err := store.Claim(ctx, w.pool, store.ClaimParams{
-		Queue: ql.name, WorkerID: w.cfg.ID, Limit: limit, Lease: w.cfg.LeaseDuration, After: after, Kinds: w.kinds})
+	rows, err := store.ClaimMany(ctx, w.pool, store.ClaimManyParams{
+		WorkerID: w.cfg.ID, Lease: w.cfg.LeaseDuration, Kinds: w.kinds, Queues: claims, Max: w.cfg.ClaimBatchSize})
 	if err != nil {
 		if ctx.Err() == nil {
-			w.log.Warn("claim failed", "queue", ql.name, "err", err)
+			w.log.Warn("claim failed", "queues", len(claims), "err", err)
 		}
 		return false
 	}
-	if behind {
-		ql.cursor, ql.lookedBehind = nil, sent
+	byQueue := make(map[string][]*queue.JobRow, len(picks))
+	for _, r := range rows {
+		byQueue[r.Queue] = append(byQueue[r.Queue], r)
 	}
-	switch c := store.CursorAfter(rows); {
-	case len(rows) < limit:
-		// No backlog: the next claim starts from the beginning again. Jobs inserted
-		// concurrently can commit after a later one was claimed, behind the cursor; a
-		// cursor kept here would leave them waiting for the next look behind (up to
-		// PollInterval).
-		ql.cursor = nil
-	case ql.cursor == nil || ql.cursor.Less(*c):
-		ql.cursor = c
+	// A statement that took ClaimBatchSize jobs may have stopped before some queues: a
+	// queue that got fewer than its limit is then claimed again in the next round, as
+	// if it had come back full, and one that got none keeps its state as it was. The
+	// next round starts after the last queue that got jobs.
+	capped := len(rows) >= w.cfg.ClaimBatchSize
+	again := false
+	last := -1
+	for i, p := range picks {
+		qs, got := p.qs, byQueue[p.qs.name]
+		if len(got) > 0 {
+			last = i
+		}
+		if capped && len(got) < p.limit {
+			again = true
+			w.mu.Lock()
+			qs.dirty = true
+			w.mu.Unlock()
+			if len(got) == 0 {
+				continue
+			}
+			if p.behind {
+				qs.cursor, qs.lookedBehind = nil, sent
+			}
+			if c := store.CursorAfter(got); qs.cursor == nil || qs.cursor.Less(*c) {
+				qs.cursor = c
+			}
+			continue
+		}
+		if p.behind {
+			qs.cursor, qs.lookedBehind = nil, sent
+		}
+		switch c := store.CursorAfter(got); {
+		case len(got) < p.limit:
+			// No backlog: the next claim starts from the beginning again. Jobs inserted
+			// concurrently can commit after a later one was claimed, behind the cursor;
+			// a cursor kept here would leave them waiting for the next look behind (up
+			// to PollInterval).
+			qs.cursor = nil
+		case qs.cursor == nil || qs.cursor.Less(*c):
+			qs.cursor = c
+		}
+		if p.behind && len(got) < p.limit && !qs.floorWanted &&
+			(sent.Sub(qs.checkedFloor) >= w.cfg.PollInterval || qs.floor != nil) {
+			qs.floorWanted = true
+			w.wantFloor = append(w.wantFloor, qs)
+		}
+		if qs.floorWanted && p.behind && len(got) < p.limit {
+			qs.floorBefore = store.CursorBefore(got)
+		}
+		if len(got) == p.limit {
+			again = true
+			w.mu.Lock()
+			qs.dirty = true
+			w.mu.Unlock()
+		}
 	}
-	if behind && len(rows) < limit {
-		w.findFloor(ctx, ql, rows, sent)
+	if last >= 0 {
+		w.mu.Lock()
+		w.rotate = w.rotateAfter(picks[last].qs)
+		w.mu.Unlock()
 	}
-	for _, row := range rows {
-		w.startExecution(row, sent)
+	for _, r := range rows {
+		w.startExecution(r, sent)
 	}
-	return len(rows) == limit
+	w.findFloors(ctx, sent)
+	return again
 }
 
-// findFloor looks, after a short claim from the start of the order, for jobs of kinds
-// this worker has no handler for ahead of the first job it claimed (or anywhere, when it
-// claimed none): the claim stepped over them one by one, and every claim from the start
-// would again. The last of them becomes the queue's floor. It looks at most once per
-// PollInterval, and a queue without such jobs keeps no floor, so the claims of a worker
-// that knows every kind in its queues are what they were without it.
-func (w *Worker) findFloor(ctx context.Context, ql *queueLoop, rows []*queue.JobRow, sent time.Time) {
-	if sent.Sub(ql.checkedFloor) < w.cfg.PollInterval && ql.floor == nil {
+// findFloors looks, for the queues whose claim from the start of the order came back
+// short, for jobs of kinds this worker has no handler for ahead of the first job the
+// claim took (anywhere, when it took none): the claim stepped over them one by one, and
+// every claim from the start would again. The last of them becomes the queue's floor.
+// One statement looks in every such queue, at most once per PollInterval, and a queue
+// without such jobs keeps no floor, so the claims of a worker that knows every kind in
+// its queues are what they were without it.
+func (w *Worker) findFloors(ctx context.Context, now time.Time) {
+	if len(w.wantFloor) == 0 || now.Sub(w.floorsChecked) < w.cfg.PollInterval {
 		return
 	}
-	ql.checkedFloor = sent
+	w.floorsChecked = now
+	want := w.wantFloor
+	w.wantFloor = nil
+	look := make([]store.QueueBefore, len(want))
+	for i, qs := range want {
+		qs.floorWanted, qs.checkedFloor = false, now
+		look[i] = store.QueueBefore{Name: qs.name, Before: qs.floorBefore}
+	}
 	fctx, cancel := context.WithTimeout(ctx, w.cfg.WriteTimeout)
-	floor, err := store.OtherKindAhead(fctx, w.pool, ql.name, w.kinds, store.CursorBefore(rows))
+	floors, err := store.OtherKindsAhead(fctx, w.pool, w.kinds, look)
 	cancel()
 	if err != nil {
 		if ctx.Err() == nil {
-			w.log.Warn("look for jobs of other kinds failed", "queue", ql.name, "err", err)
+			w.log.Warn("look for jobs of other kinds failed", "queues", len(look), "err", err)
 		}
 		return
 	}
-	if floor != nil && ql.floor == nil {
-		w.log.Info("jobs of kinds this worker has no handler for wait ahead in the queue; claiming after them",
-			"queue", ql.name, "last_id", floor.ID)
+	for i, qs := range want {
+		if floors[i] != nil && qs.floor == nil {
+			w.log.Info("jobs of kinds this worker has no handler for wait ahead in the queue; claiming after them",
+				"queue", qs.name, "last_id", floors[i].ID)
+		}
+		qs.floor = floors[i]
 	}
-	ql.floor = floor
 }
 
 // queueNamesLocked returns the served queues, sorted. w.mu must be held.

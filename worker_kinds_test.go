@@ -73,23 +73,22 @@ func TestWorkerLeavesUnknownKindsAlone(t *testing.T) {
 	}
 }
 
-// claimTracer counts the claim statements a worker sends: those starting from the start
-// of the claim order and those starting after a position (a cursor or a floor).
+// claimTracer counts the queues' claims a worker sends: those starting from the start of
+// the claim order and those starting after a position (a cursor or a floor).
 type claimTracer struct {
 	mu                sync.Mutex
 	fromStart, behind int
 }
 
 func (c *claimTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
-	if strings.Contains(d.SQL, "FOR UPDATE SKIP LOCKED") && strings.Contains(d.SQL, "kind = ANY(") {
-		c.mu.Lock()
-		if strings.Contains(d.SQL, "(priority, run_at, id) >") {
-			c.behind++
-		} else {
-			c.fromStart++
-		}
-		c.mu.Unlock()
+	if !isClaim(d.SQL) || !strings.Contains(d.SQL, "kind = ANY(") {
+		return ctx
 	}
+	fromStart, after := claimStarts(d)
+	c.mu.Lock()
+	c.fromStart += fromStart
+	c.behind += after
+	c.mu.Unlock()
 	return ctx
 }
 

@@ -341,7 +341,7 @@ func TestTraceSQLShowsTheStatementsOfTheRun(t *testing.T) {
 	cfg.Jobs, cfg.TraceSQL, cfg.Progress = 200, true, &progress
 	run(t, cfg)
 	out := progress.String()
-	for _, want := range []string{"fenceq run 1: statements by total time", "WITH next AS", "unnest($1::bigint[]"} {
+	for _, want := range []string{"fenceq run 1: statements by total time", "WITH q AS MATERIALIZED", "unnest($1::bigint[]"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("trace lacks %q:\n%s", want, out)
 		}

@@ -3,6 +3,7 @@ package citustest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"testing"
 	"time"
@@ -194,6 +195,20 @@ func testOnePhase(t *testing.T, ctx context.Context, c *pgcluster.Citus) {
 	onePhase("idempotency DeleteExpired", func() error { _, err := idempotency.DeleteExpired(ctx, pool, 100); return err })
 	onePhase("outbox FailOrphaned", func() error { _, err := outbox.FailOrphaned(ctx, pool, 100); return err })
 	onePhase("DeleteStaleWorkers", func() error { _, err := store.DeleteStaleWorkers(ctx, pool, time.Hour); return err })
+	insert("many-a", 2)
+	insert("many-b", 3)
+	onePhase("ClaimMany", func() error {
+		jobs, err := store.ClaimMany(ctx, pool, store.ClaimManyParams{WorkerID: "w", Lease: time.Minute, Kinds: []string{"k"},
+			Queues: []store.QueueClaim{{Name: "many-a", Limit: 5}, {Name: "many-b", Limit: 2}}})
+		if err == nil && len(jobs) != 4 {
+			err = fmt.Errorf("claimed %d jobs, want 2 of many-a and 2 of many-b", len(jobs))
+		}
+		return err
+	})
+	onePhase("OtherKindsAhead", func() error {
+		_, err := store.OtherKindsAhead(ctx, pool, []string{"k"}, []store.QueueBefore{{Name: "many-a"}, {Name: "many-b"}})
+		return err
+	})
 
 	twoPhase("InsertMany (COPY)", func() error {
 		_, err := store.InsertMany(ctx, pool, []store.InsertParams{{Kind: "k", Queue: "m"}, {Kind: "k", Queue: "m"}})

@@ -8,3 +8,6 @@ var (
 
 // SQLLockLeaseChecked is the lock of a fenced transaction sent as one pipeline.
 var SQLLockLeaseChecked = sqlLockLeaseChecked
+
+// SQLClaimManyKinds is the claim of many queues with kinds, for its plan test.
+var SQLClaimManyKinds = sqlClaimManyKinds

@@ -88,11 +88,13 @@ type claimedRow struct {
 	attempted time.Time
 }
 
-// collectClaimed reads the rows of a claim of queue by worker (see claimedColumns).
+// collectClaimed reads the rows of a claim of queue by worker (see claimedColumns). With
+// qname empty, each row carries its queue in a last column (a claim of many queues).
 func collectClaimed(rows pgx.Rows, qname, worker string, limit int) ([]*queue.JobRow, error) {
 	defer rows.Close()
 	out := make([]*queue.JobRow, 0, limit)
-	kinds := map[string]string{} // one string per kind, not per job
+	kinds := map[string]string{}  // one string per kind, not per job
+	queues := map[string]string{} // and per queue
 	// One set of scan targets for every row: a Scan call with the fields of each new
 	// row as targets would allocate its argument list per row.
 	var (
@@ -105,6 +107,10 @@ func collectClaimed(rows pgx.Rows, qname, worker string, limit int) ([]*queue.Jo
 	)
 	dest := []any{&r.ID, &kind, (*[]byte)(&r.EncodedArgs), &r.Priority, &r.RunAt, &r.Attempt, &r.MaxAttempts,
 		&r.LeaseGen, &expires, &attempted, &r.UniqueKey, &errs, &r.CreatedAt, (*[]byte)(&r.Metadata), &mask, &r.Tags}
+	var qcol pgtype.DriverBytes
+	if qname == "" {
+		dest = append(dest, &qcol)
+	}
 	for rows.Next() {
 		// Scanned as bytes: into a json.RawMessage, pgx would run json.Unmarshal on it.
 		r.EncodedArgs, r.UniqueKey, r.Metadata, r.Tags, errs, mask = nil, nil, nil, nil, nil, nil
@@ -123,6 +129,14 @@ func collectClaimed(rows pgx.Rows, qname, worker string, limit int) ([]*queue.Jo
 			kinds[k] = k
 		}
 		j.Kind, j.Queue, j.State = k, qname, queue.StateRunning
+		if qname == "" {
+			q, ok := queues[string(qcol)]
+			if !ok {
+				q = string(qcol)
+				queues[q] = q
+			}
+			j.Queue = q
+		}
 		if j.Metadata == nil {
 			j.Metadata = emptyObject
 		}

@@ -93,12 +93,87 @@ WITH next AS (
     LIMIT $2
     FOR UPDATE SKIP LOCKED)
 UPDATE fenceq_jobs_hot
-SET state = ` + sqlRunning + `, attempt = attempt + 1, lease_gen = lease_gen + 1,
-    leased_by = $3, heartbeat_at = now(), attempted_at = now(),
-    lease_expires_at = now() + $4::bigint * interval '1 microsecond'
+SET ` + claimSet("$3", "$4") + `
 FROM next WHERE id = next.next_id
 RETURNING ` + claimedColumns
 }
+
+// claimSet is the SET list of a claim: worker names the worker id's parameter, lease
+// the lease's (µs).
+func claimSet(worker, lease string) string {
+	return `state = ` + sqlRunning + `, attempt = attempt + 1, lease_gen = lease_gen + 1,
+    leased_by = ` + worker + `, heartbeat_at = now(), attempted_at = now(),
+    lease_expires_at = now() + ` + lease + `::bigint * interval '1 microsecond'`
+}
+
+// claimManySQL claims from many queues in one statement: $1 worker id, $2 lease (µs),
+// $3 the most jobs in all, then one array per column of the queues' batch: $4 names,
+// $5 limits, and the cursor of each queue, $6 priority, $7 run_at, $8 id (NULL elements
+// for a queue claimed from the start of the order). With kinds, $9 is the text array of
+// the kinds claimed.
+//
+// Each queue of the batch that is not paused is claimed by a LATERAL subquery of its
+// own, claimSQL's scan: the claim index from the queue's cursor on, in claim order,
+// LIMIT the queue's limit, FOR UPDATE SKIP LOCKED. The queues are visited in the order
+// of the batch, and the visit stops once $3 jobs are taken (the nested loop stops
+// pulling rows, so no row past them is locked): the queues after that point are not
+// claimed from. A missing cursor is the lowest
+// position of the order (the least smallint, -infinity, id 0: ids start at 1), so that
+// the row comparison is an index condition of every queue's scan, where an OR with "no
+// cursor" would be a filter. The batch is MATERIALIZED: read once, each queue scanned
+// once. The update finds the rows by primary key (id = ANY of an array); a join with the
+// claimed ids is planned as a hash join over the whole table. Rows come back with their
+// queue.
+func claimManySQL(kinds bool) string {
+	kind := ""
+	if kinds {
+		kind = `
+          AND kind = ANY($9::text[])`
+	}
+	return `
+WITH q AS MATERIALIZED (
+    SELECT * FROM unnest($4::text[], $5::int[], $6::smallint[], $7::timestamptz[], $8::bigint[])
+        AS q(name, n, cp, cr, cid)
+    WHERE NOT EXISTS (SELECT 1 FROM fenceq_queues p WHERE p.name = q.name AND p.paused)),
+next AS (
+    SELECT x.id FROM q CROSS JOIN LATERAL (
+        SELECT id FROM fenceq_jobs_hot
+        WHERE state = ` + sqlAvailable + ` AND queue = q.name AND run_at <= now()
+          AND (priority, run_at, id) > (COALESCE(q.cp, (-32768)::smallint),
+                                        COALESCE(q.cr, '-infinity'::timestamptz), COALESCE(q.cid, 0::bigint))` + kind + `
+        ORDER BY priority, run_at, id
+        LIMIT q.n
+        FOR UPDATE SKIP LOCKED) x
+    LIMIT $3)
+UPDATE fenceq_jobs_hot
+SET ` + claimSet("$1", "$2") + `
+WHERE id = ANY (ARRAY(SELECT id FROM next))
+RETURNING ` + claimedColumns + `, queue`
+}
+
+var (
+	sqlClaimMany      = claimManySQL(false)
+	sqlClaimManyKinds = claimManySQL(true)
+)
+
+// sqlOtherKindsAhead is sqlOtherKindAhead for many queues: $1 the kinds, $2 the queues'
+// names, and the position before which to look in each, $3 priority, $4 run_at, $5 id
+// (NULL elements to look anywhere in the queue). A missing position is the highest of
+// the order (the greatest smallint, infinity, the greatest bigint; an available job
+// claimable now has run_at <= now()), so that the row comparison is an index condition
+// of every queue's backward scan. It returns the position (from 1) of the queue in $2
+// and the job found, for the queues that have one.
+var sqlOtherKindsAhead = `
+SELECT q.ord, x.priority, x.run_at, x.id
+FROM unnest($2::text[], $3::smallint[], $4::timestamptz[], $5::bigint[]) WITH ORDINALITY AS q(name, bp, br, bid, ord)
+CROSS JOIN LATERAL (
+    SELECT priority, run_at, id FROM fenceq_jobs_hot
+    WHERE state = ` + sqlAvailable + ` AND queue = q.name AND run_at <= now()
+      AND (priority, run_at, id) < (COALESCE(q.bp, (32767)::smallint),
+                                    COALESCE(q.br, 'infinity'::timestamptz), COALESCE(q.bid, 9223372036854775807::bigint))
+      AND kind <> ALL($1::text[])
+    ORDER BY priority DESC, run_at DESC, id DESC
+    LIMIT 1) x`
 
 var (
 	sqlClaim           = claimSQL(false, false)

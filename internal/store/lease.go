@@ -114,6 +114,184 @@ func Claim(ctx context.Context, db queue.DBTX, p ClaimParams) ([]*queue.JobRow, 
 	return jobs, nil
 }
 
+// ClaimManyParams describes one claim over many queues.
+type ClaimManyParams struct {
+	WorkerID string
+	// Lease is how long the leases last without a heartbeat.
+	Lease time.Duration
+	// Kinds, when set, claims only jobs of these kinds (see ClaimParams.Kinds).
+	Kinds []string
+	// Queues are the queues to claim from, each once, with a limit and a cursor of its
+	// own. Queues with a Limit of 0 or less are left out.
+	Queues []QueueClaim
+	// Max, when positive, is the most jobs claimed in all. The queues are claimed from
+	// in their order until Max jobs are taken; when that many come back, the queues
+	// that returned fewer than their Limit may not have been claimed from at all.
+	Max int
+}
+
+// QueueClaim is one queue of a ClaimMany.
+type QueueClaim struct {
+	Name string
+	// Limit is the most jobs to claim from the queue: its free slots.
+	Limit int
+	// After, when set, claims only the queue's jobs after this position in claim order
+	// (see ClaimCursor).
+	After *ClaimCursor
+}
+
+// ClaimMany leases available jobs of many queues to a worker, up to each queue's Limit
+// and up to Max in all, in one statement whatever the number of queues: each queue's
+// jobs are taken in claim order from its cursor on, as Claim takes them, paused queues
+// yield nothing, and the rows (each with its Queue) come in no particular order. Its cost grows with the jobs
+// claimed and the queues listed, not with a round trip per queue, so a worker serving
+// many queues polls them all with one statement.
+//
+// On a Citus coordinator whose fenceq tables are distributed, each queue is claimed with
+// Claim, one routed statement per queue: the many-queue statement has not been shown
+// to be routed whole to the schema's node (and committed in one phase) there.
+func ClaimMany(ctx context.Context, db queue.DBTX, p ClaimManyParams) ([]*queue.JobRow, error) {
+	if p.Lease <= 0 {
+		return nil, invalid("lease", "%s must be positive", p.Lease)
+	}
+	n, total := 0, 0
+	seen := make(map[string]struct{}, len(p.Queues))
+	for _, q := range p.Queues {
+		if _, dup := seen[q.Name]; dup {
+			return nil, invalid("queues", "queue %q listed twice", q.Name)
+		}
+		seen[q.Name] = struct{}{}
+		if q.Limit > 0 {
+			n++
+			total += q.Limit
+		}
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	if p.Max > 0 {
+		total = min(total, p.Max)
+	}
+	names := make([]string, 0, n)
+	limits := make([]int32, 0, n)
+	prios := make([]*int16, 0, n)
+	runAts := make([]*time.Time, 0, n)
+	ids := make([]*int64, 0, n)
+	for _, q := range p.Queues {
+		if q.Limit <= 0 {
+			continue
+		}
+		names = append(names, q.Name)
+		limits = append(limits, int32(min(q.Limit, 1<<31-1)))
+		if a := q.After; a != nil {
+			prios, runAts, ids = append(prios, &a.Priority), append(runAts, &a.RunAt), append(ids, &a.ID)
+		} else {
+			prios, runAts, ids = append(prios, nil), append(runAts, nil), append(ids, nil)
+		}
+	}
+	var jobs []*queue.JobRow
+	err := onConn(ctx, db, func(db queue.DBTX, dist bool) error {
+		if dist {
+			var err error
+			jobs, err = claimEach(ctx, db, p, total)
+			return err
+		}
+		sql, args := sqlClaimMany, []any{customPlan, p.WorkerID, micros(p.Lease), total, names, limits, prios, runAts, ids}
+		if p.Kinds != nil {
+			sql, args = sqlClaimManyKinds, append(args, p.Kinds)
+		}
+		rows, err := db.Query(ctx, sql, args...)
+		if err != nil {
+			return err
+		}
+		jobs, err = collectClaimed(rows, "", p.WorkerID, total)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim jobs in %d queues: %w", n, err)
+	}
+	return jobs, nil
+}
+
+// claimEach is ClaimMany as one Claim per queue, in order, until total jobs are taken.
+func claimEach(ctx context.Context, db queue.DBTX, p ClaimManyParams, total int) ([]*queue.JobRow, error) {
+	var out []*queue.JobRow
+	for _, q := range p.Queues {
+		if len(out) >= total {
+			break
+		}
+		jobs, err := Claim(ctx, db, ClaimParams{Queue: q.Name, WorkerID: p.WorkerID, Limit: min(q.Limit, total-len(out)),
+			Lease: p.Lease, After: q.After, Kinds: p.Kinds})
+		if err != nil {
+			return out, err
+		}
+		out = append(out, jobs...)
+	}
+	return out, nil
+}
+
+// QueueBefore is one queue of OtherKindsAhead: the position before which to look (nil
+// for anywhere in the queue).
+type QueueBefore struct {
+	Name   string
+	Before *ClaimCursor
+}
+
+// OtherKindsAhead is OtherKindAhead for many queues in one statement: it returns, in the
+// order of queues, the position of the last available job of each queue whose kind is
+// not among kinds, before the queue's position, or nil when there is none. On a Citus
+// coordinator whose fenceq tables are distributed it asks OtherKindAhead once per queue
+// (see ClaimMany).
+func OtherKindsAhead(ctx context.Context, db queue.DBTX, kinds []string, queues []QueueBefore) ([]*ClaimCursor, error) {
+	out := make([]*ClaimCursor, len(queues))
+	if len(queues) == 0 {
+		return out, nil
+	}
+	names := make([]string, len(queues))
+	prios := make([]*int16, len(queues))
+	runAts := make([]*time.Time, len(queues))
+	ids := make([]*int64, len(queues))
+	for i, q := range queues {
+		names[i] = q.Name
+		if b := q.Before; b != nil {
+			prios[i], runAts[i], ids[i] = &b.Priority, &b.RunAt, &b.ID
+		}
+	}
+	err := onConn(ctx, db, func(db queue.DBTX, dist bool) error {
+		if dist {
+			for i, q := range queues {
+				c, err := OtherKindAhead(ctx, db, q.Name, kinds, q.Before)
+				if err != nil {
+					return err
+				}
+				out[i] = c
+			}
+			return nil
+		}
+		rows, err := db.Query(ctx, sqlOtherKindsAhead, customPlan, kinds, names, prios, runAts, ids)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var ord int64
+			var c ClaimCursor
+			if err := rows.Scan(&ord, &c.Priority, &c.RunAt, &c.ID); err != nil {
+				return err
+			}
+			if ord < 1 || ord > int64(len(out)) {
+				return fmt.Errorf("position %d of a queue out of range", ord)
+			}
+			out[ord-1] = &c
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("look for other kinds ahead in %d queues: %w", len(queues), err)
+	}
+	return out, nil
+}
+
 // OtherKindAhead returns the position of the last available job of queue whose kind is
 // not among kinds, before the position before in claim order (anywhere when before is
 // nil), or nil when there is none. A claimer with ClaimParams.Kinds whose claim from the
