@@ -261,7 +261,21 @@ func (w *Worker) reapOnce(ctx context.Context) {
 }
 
 // pruneOnce runs retention now: finished jobs, old lease events and stale worker rows.
+// First it moves to history the finished jobs still in the hot set (on Citus every job
+// is finished in place; see store.MoveFinished).
 func (w *Worker) pruneOnce(ctx context.Context) {
+	for ctx.Err() == nil {
+		mctx, cancel := context.WithTimeout(ctx, w.cfg.WriteTimeout)
+		n, err := store.MoveFinished(mctx, w.pool, w.cfg.PruneBatchSize)
+		cancel()
+		if err != nil {
+			w.log.Warn("moving finished jobs to history failed", "err", err)
+			break
+		}
+		if n < int64(w.cfg.PruneBatchSize) {
+			break
+		}
+	}
 	if w.cfg.RetentionPeriod > 0 {
 		for ctx.Err() == nil {
 			pctx, cancel := context.WithTimeout(ctx, w.cfg.WriteTimeout)

@@ -131,7 +131,7 @@ func testOnePhase(t *testing.T, ctx context.Context, c *pgcluster.Citus) {
 		return store.WithLeaseWrites(ctx, pool, l, store.LeaseTx{Complete: true}, w)
 	})
 	onePhase("Reap of nothing", func() error { _, err := store.Reap(ctx, pool, store.ReapParams{HolderFresh: time.Minute}); return err })
-	if _, err := pool.Exec(ctx, `UPDATE fenceq_jobs SET lease_expires_at = now() - interval '1 second' WHERE id = ANY($1)`,
+	if _, err := pool.Exec(ctx, `UPDATE fenceq_jobs_hot SET lease_expires_at = now() - interval '1 second' WHERE id = ANY($1)`,
 		[]int64{claimed[8].JobID, claimed[9].JobID}); err != nil {
 		t.Fatal(err)
 	}

@@ -141,3 +141,42 @@ func fromHistory(name, id string, set [][2]string) string {
     SELECT ` + strings.Join(vals, ", ") + ` FROM ` + name + `_del
     RETURNING ` + jobColumns + `)`
 }
+
+// inPlace is the write as one UPDATE of the hot set, named f.name: the form a Citus
+// coordinator routes whole to the node holding the schema (a DELETE and an INSERT in
+// one statement are planned in steps there and committed in two phases). The rows it
+// finishes stay in the hot set until MoveFinished moves them to history.
+func (f finish) inPlace() string {
+	set := append([][2]string{{"state", f.state}}, f.set...)
+	assign := make([]string, len(set))
+	for i, s := range set {
+		assign[i] = s[0] + " = " + s[1]
+	}
+	using := ""
+	if f.using != "" {
+		using = "\n    FROM " + f.using
+	}
+	return `
+` + f.name + ` AS (
+    UPDATE ` + hotTable + ` j SET ` + strings.Join(assign, ", ") + using + `
+    WHERE ` + f.where + `
+    RETURNING ` + f.returning + `)`
+}
+
+// sqlMoveFinished moves up to $1 finished jobs that hold no unique key in their final
+// state from the hot set to history, oldest first: the jobs a Citus connection finished in
+// place (see finish.inPlace), and any a write through the view or an older worker left
+// there. It returns how many it moved.
+var sqlMoveFinished = `
+WITH m AS (
+    SELECT id AS mid FROM ` + hotTable + `
+    WHERE finished_at IS NOT NULL AND state IN ` + sqlFinal + ` AND NOT ` + keepsKey("state") + `
+    ORDER BY finished_at
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED),
+d AS (
+    DELETE FROM ` + hotTable + ` j USING m WHERE j.id = m.mid RETURNING j.*),
+ins AS (
+    INSERT INTO ` + historyTable + ` (` + strings.Join(storedColumns, ", ") + `)
+    SELECT ` + strings.Join(storedColumns, ", ") + ` FROM d RETURNING 1)
+SELECT count(*) FROM ins`

@@ -255,7 +255,14 @@ type fencedSQL struct {
 
 // staleWrite wraps a single-lease write in its two forms (see fencedSQL): ctes are the
 // write's CTEs, the last of them named upd and returning the row's new state.
-func staleWrite(ctes string) fencedSQL {
+func staleWrite(ctes string) fencedSQL { return staleWrites(ctes, ctes) }
+
+// staleFinish is staleWrite for a write that may finish its job: it moves the job to
+// history, and its routed form finishes the job in place (see finish.inPlace).
+func staleFinish(f finish) fencedSQL { return staleWrites(f.ctes(), f.inPlace()) }
+
+// staleWrites is staleWrite with the routed form's CTEs apart.
+func staleWrites(ctes, routedCTEs string) fencedSQL {
 	return fencedSQL{
 		one: `
 WITH ` + ctes + `,
@@ -266,7 +273,7 @@ rej AS (
     RETURNING id)
 SELECT upd.state FROM upd`,
 		routed: `
-WITH ` + ctes + `,
+WITH ` + routedCTEs + `,
 p AS (SELECT $3::text AS worker, $4::text AS op)
 SELECT upd.state FROM upd, p`,
 	}
@@ -296,7 +303,7 @@ rej AS (
     RETURNING id)
 SELECT state FROM upd UNION ALL SELECT state FROM done`,
 	routed: `
-WITH ` + sqlCompleteUpdate + `,
+WITH ` + completion("upd", leaseCond, "", "", "$5::jsonb", "state").inPlace() + `,
 done AS (` + sqlCompletedAlready + `),
 p AS (SELECT $3::text AS worker, $4::text AS op)
 SELECT s.state FROM (SELECT state FROM upd UNION ALL SELECT state FROM done) s, p`,
@@ -339,7 +346,7 @@ var sqlCompletedAlready = `
 // A lease whose job is already completed under the same generation is neither
 // completed again nor rejected: that completion was the attempt's own (see
 // sqlComplete). The lookup runs only for the leases upd did not complete.
-var sqlCompleteMany = completeManyUpdate("$4") + `,
+var sqlCompleteMany = completeManyUpdate("$4", false) + `,
 rej AS (
     INSERT INTO fenceq_lease_events (job_id, lease_gen, worker_id, kind, detail)
     SELECT l.lid, l.lgen, $3, ` + sqlEventStaleWrite + `, 'complete'
@@ -353,7 +360,7 @@ SELECT COALESCE(array_agg(job_id), '{}')::bigint[], COALESCE(array_agg(lease_gen
 // (see fencedSQL): $1 ids, $2 generations, $3 outputs. It returns the (id, generation)
 // pairs it completed, with those it found already completed under the same generation;
 // the caller records the others.
-var sqlCompleteManyRouted = completeManyUpdate("$3") + `,
+var sqlCompleteManyRouted = completeManyUpdate("$3", true) + `,
 done AS (
     SELECT id, lease_gen FROM upd
     UNION ALL
@@ -365,13 +372,18 @@ SELECT COALESCE(array_agg(id), '{}')::bigint[], COALESCE(array_agg(lease_gen), '
 // completeManyUpdate is the batch of leases ($1 ids, $2 generations, outputs the
 // parameter named) and its fenced UPDATE, the CTEs both forms of the batched completion
 // start with.
-func completeManyUpdate(outputs string) string {
+func completeManyUpdate(outputs string, inPlace bool) string {
+	f := completion("upd", "j.id = l.lid AND j.lease_gen = l.lgen AND j.state = l.lstate AND j.id = ANY($1::bigint[])", "l", "l.lout",
+		"lout", "id, lease_gen")
+	write := f.ctes()
+	if inPlace {
+		write = f.inPlace()
+	}
 	return `
 WITH l AS MATERIALIZED (
     SELECT l.*, ` + sqlRunning + `::text AS lstate
     FROM unnest($1::bigint[], $2::bigint[], ` + outputs + `::jsonb[]) AS l(lid, lgen, lout)),
-` + completion("upd", "j.id = l.lid AND j.lease_gen = l.lgen AND j.state = l.lstate AND j.id = ANY($1::bigint[])", "l", "l.lout",
-		"lout", "id, lease_gen").ctes()
+` + write
 }
 
 // sqlFail: $5 discard now, $6 backoff (µs), $7 error, $8 trace, $9 whether the backoff
@@ -380,7 +392,7 @@ WITH l AS MATERIALIZED (
 // The time is read once, in c: CASE branches and expressions over the row's columns
 // hold no function that is not IMMUTABLE (see errorEntry and addMicros), which is what
 // Citus needs to run the statement on the node that holds the row.
-var sqlFail = staleWrite(finish{name: "upd",
+var sqlFail = staleFinish(finish{name: "upd",
 	using:     `(SELECT now() AS c_now, now() + $6::bigint * interval '1 microsecond' AS c_later) c`,
 	usingCols: "c.c_now, c.c_later",
 	where:     leaseCond,
@@ -394,7 +406,7 @@ var sqlFail = staleWrite(finish{name: "upd",
 		{"lease_expires_at", "NULL"},
 		{"errors", "errors || " + errorEntry(`'at', now(), 'worker', $3::text, 'error', $7::text, 'trace', $8::text`, "attempt", "lease_gen")},
 	},
-	returning: "state"}.ctes())
+	returning: "state"})
 
 // sqlSnooze: $5 delay (µs). Snoozing does not use up an attempt.
 var sqlSnooze = staleWrite(`upd AS (
@@ -407,10 +419,10 @@ var sqlSnooze = staleWrite(`upd AS (
     RETURNING state)`)
 
 // sqlCancel: $5 reason.
-var sqlCancel = staleWrite(finish{name: "upd", where: leaseCond, state: sqlCancelled,
+var sqlCancel = staleFinish(finish{name: "upd", where: leaseCond, state: sqlCancelled,
 	set: [][2]string{{"finished_at", "now()"}, {"lease_expires_at", "NULL"},
 		{"errors", "errors || " + errorEntry(`'at', now(), 'worker', $3::text, 'error', $5::text`, "attempt", "lease_gen")}},
-	returning: "state"}.ctes())
+	returning: "state"})
 
 // sqlRelease gives a job back on shutdown; the attempt is not counted.
 var sqlRelease = staleWrite(`upd AS (
@@ -472,6 +484,31 @@ SELECT 1 FROM done`
 var sqlCompleteLockedChecked = `
 WITH ` + completion("done", lockedCond, "", "", "$3::jsonb", "1").ctes() + exactlyOneRow(completionMissed, "done")
 
+// sqlCompleteLockedRouted and sqlCompleteLockedCheckedRouted are sqlCompleteLocked and
+// sqlCompleteLockedChecked for a Citus connection: the job is completed in place (see
+// finish.inPlace).
+var (
+	sqlCompleteLockedRouted = `
+WITH ` + completion("done", lockedCond, "", "", "$3::jsonb", "1").inPlace() + `
+SELECT 1 FROM done`
+	sqlCompleteLockedCheckedRouted = `
+WITH ` + completion("done", lockedCond, "", "", "$3::jsonb", "1").inPlace() + exactlyOneRow(completionMissed, "done")
+)
+
+// completeLockedSQL is the completion of the fenced transaction: checked for a pipeline,
+// routed for a Citus connection.
+func completeLockedSQL(checked, dist bool) string {
+	switch {
+	case checked && dist:
+		return sqlCompleteLockedCheckedRouted
+	case checked:
+		return sqlCompleteLockedChecked
+	case dist:
+		return sqlCompleteLockedRouted
+	}
+	return sqlCompleteLocked
+}
+
 // completionMissed starts the error text of a checked completion that matched no row.
 const completionMissed = "fenceq: fenced completion matched rows: "
 
@@ -484,7 +521,7 @@ VALUES ($1, $2, $3, ` + sqlEventStaleWrite + `, $4)`
 
 // sqlReap revokes expired leases. $1 limit, $2 freshness (µs) of a holder's worker
 // heartbeat that counts as alive.
-var sqlReap = reapRevoke + `,
+var sqlReap = reapRevoke(false) + `,
 ev AS (
     INSERT INTO fenceq_lease_events (job_id, lease_gen, worker_id, kind, detail)
     SELECT id, egen, eby, ` + sqlEventRevoked + `, ` + sqlLit(detailExpired) + ` || '; now ' || state FROM upd
@@ -499,11 +536,28 @@ wake AS (
 // sqlReapRouted is sqlReap without the events and the wake-ups, for Citus (see
 // fencedSQL): Reap records the events in the same transaction and notifies on the
 // coordinator.
-var sqlReapRouted = reapRevoke + "\n" + reapResult
+var sqlReapRouted = reapRevoke(true) + "\n" + reapResult
 
 // reapRevoke is the part of the reaper's statement that revokes and finds the holders
-// still alive.
-var reapRevoke = `
+// still alive; inPlace discards jobs in place (see finish.inPlace).
+func reapRevoke(inPlace bool) string {
+	f := finish{name: "reaped", using: "expired e", usingCols: "e.eerr, e.enow",
+		where: "j.id = e.eid AND j.lease_gen = e.egen AND j.state = " + sqlRunning,
+		state: `CASE WHEN attempt >= max_attempts THEN ` + sqlDiscarded + ` ELSE ` + sqlAvailable + ` END`,
+		set: [][2]string{{"lease_gen", "lease_gen + 1"},
+			{"finished_at", "CASE WHEN attempt >= max_attempts THEN enow END"},
+			{"leased_by", "NULL"}, {"lease_expires_at", "NULL"}, {"errors", "errors || eerr"}},
+		returning: "id, state, queue, kind"}
+	write := f.ctes() + `,
+upd AS (
+    SELECT r.id, e.egen, e.eby, r.state, r.queue, r.kind FROM reaped r JOIN expired e ON e.eid = r.id)`
+	if inPlace {
+		// One UPDATE returning the columns of the expired row it joins: the statement
+		// Citus routes whole.
+		f.name, f.returning = "upd", "j.id, e.egen, e.eby, j.state, j.queue, j.kind"
+		write = f.inPlace()
+	}
+	return `
 WITH expired AS (
     SELECT id AS eid, lease_gen AS egen, leased_by AS eby,
            jsonb_build_object('at', now(), 'attempt', attempt, 'lease_gen', lease_gen, 'worker', leased_by,
@@ -513,19 +567,11 @@ WITH expired AS (
     WHERE state = ` + sqlRunning + ` AND lease_expires_at < now()
     ORDER BY lease_expires_at
     LIMIT $1
-    FOR UPDATE SKIP LOCKED),
-` + finish{name: "reaped", using: "expired e", usingCols: "e.eerr, e.enow",
-	where: "j.id = e.eid AND j.lease_gen = e.egen AND j.state = " + sqlRunning,
-	state: `CASE WHEN attempt >= max_attempts THEN ` + sqlDiscarded + ` ELSE ` + sqlAvailable + ` END`,
-	set: [][2]string{{"lease_gen", "lease_gen + 1"},
-		{"finished_at", "CASE WHEN attempt >= max_attempts THEN enow END"},
-		{"leased_by", "NULL"}, {"lease_expires_at", "NULL"}, {"errors", "errors || eerr"}},
-	returning: "id, state, queue, kind"}.ctes() + `,
-upd AS (
-    SELECT r.id, e.egen, e.eby, r.state, r.queue, r.kind FROM reaped r JOIN expired e ON e.eid = r.id),
+    FOR UPDATE SKIP LOCKED),` + write + `,
 alive AS (
     SELECT u.id FROM upd u JOIN fenceq_workers w ON w.id = u.eby
     WHERE w.heartbeat_at > now() - $2::bigint * interval '1 microsecond')`
+}
 
 // reapResult is the reaper's result: one row per revocation.
 const reapResult = `SELECT u.id, u.egen, COALESCE(u.eby, ''), u.state, u.queue, u.kind,

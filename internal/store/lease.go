@@ -596,7 +596,11 @@ func completeLocked(ctx context.Context, tx pgx.Tx, l queue.Lease, output []byte
 	if err := queue.ValidateOutput(output); err != nil {
 		return fmt.Errorf("complete job %d: %w", l.JobID, err)
 	}
-	tag, err := tx.Exec(ctx, sqlCompleteLocked, l.JobID, l.Gen, output)
+	dist, err := selfNotify(ctx, tx)
+	if err != nil {
+		return fmt.Errorf("complete job %d: %w", l.JobID, err)
+	}
+	tag, err := tx.Exec(ctx, completeLockedSQL(false, dist), l.JobID, l.Gen, output)
 	if err != nil {
 		return fmt.Errorf("complete job %d: %w", l.JobID, err)
 	}
@@ -744,8 +748,12 @@ func withLeasePipelined(ctx context.Context, conn *pgx.Conn, l queue.Lease, how 
 	if err := queue.ValidateOutput(output); err != nil {
 		return fmt.Errorf("complete job %d: %w", l.JobID, err)
 	}
+	dist, err := selfNotify(ctx, conn)
+	if err != nil {
+		return fmt.Errorf("complete job %d: %w", l.JobID, err)
+	}
 	cb := &pgx.Batch{}
-	cb.Queue(sqlCompleteLockedChecked, l.JobID, l.Gen, output)
+	cb.Queue(completeLockedSQL(true, dist), l.JobID, l.Gen, output)
 	cb.Queue("COMMIT")
 	cr := conn.SendBatch(ctx, cb)
 	_, completeErr := cr.Exec()

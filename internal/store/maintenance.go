@@ -116,6 +116,20 @@ func PruneFinished(ctx context.Context, db queue.DBTX, age time.Duration, limit 
 	return n, nil
 }
 
+// MoveFinished moves up to limit finished jobs that hold no unique key from the hot set
+// to history, and returns how many it moved. On plain PostgreSQL the statement that
+// finishes a job moves it, so there is nothing to move but what writes through the
+// fenceq_jobs view or workers built before the hot set left there; on a Citus
+// distributed schema jobs are finished in place (one routed statement, committed in one
+// phase) and this moves them in batches.
+func MoveFinished(ctx context.Context, db queue.DBTX, limit int) (int64, error) {
+	var n int64
+	if err := db.QueryRow(ctx, sqlMoveFinished, customPlan, limit).Scan(&n); err != nil {
+		return 0, fmt.Errorf("move finished jobs to history: %w", err)
+	}
+	return n, nil
+}
+
 // PruneLeaseEvents deletes up to limit lease events older than age.
 func PruneLeaseEvents(ctx context.Context, db queue.DBTX, age time.Duration, limit int) (int64, error) {
 	tag, err := db.Exec(ctx, sqlPruneLeaseEvents, micros(age), limit)

@@ -85,7 +85,11 @@ func WithLeaseWrites(ctx context.Context, db queue.Beginner, l queue.Lease, how 
 		b.Queue(s.sql, s.args...)
 	}
 	if how.Complete {
-		b.Queue(sqlCompleteLockedChecked, l.JobID, l.Gen, output)
+		dist, err := selfNotify(ctx, conn)
+		if err != nil {
+			return fmt.Errorf("%s of job %d: %w", op, l.JobID, err)
+		}
+		b.Queue(completeLockedSQL(true, dist), l.JobID, l.Gen, output)
 	}
 	b.Queue("COMMIT")
 	br := conn.SendBatch(ctx, b)
