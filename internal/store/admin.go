@@ -170,7 +170,23 @@ func adminWrite(ctx context.Context, db queue.DBTX, op string, id int64, sql str
 
 // RetryJob makes a scheduled, retryable or finished job available now.
 func RetryJob(ctx context.Context, db queue.DBTX, id int64) (*queue.JobRow, error) {
-	return adminWrite(ctx, db, "retry", id, sqlRetryJob)
+	var j *queue.JobRow
+	err := onConn(ctx, db, func(db queue.DBTX, dist bool) error {
+		var err error
+		if !dist {
+			j, err = adminWrite(ctx, db, "retry", id, sqlRetryJob)
+			return err
+		}
+		if j, err = scanJob(db.QueryRow(ctx, sqlRetryHot, id)); !errors.Is(err, pgx.ErrNoRows) {
+			if err != nil {
+				return fmt.Errorf("retry job %d: %w", id, err)
+			}
+			return nil
+		}
+		j, err = adminWrite(ctx, db, "retry", id, sqlRetryHistory)
+		return err
+	})
+	return j, err
 }
 
 // CancelJob cancels a job that has not finished. If it is running, its lease is revoked

@@ -67,13 +67,24 @@ SELECT min(id), count(*)::int FROM (
 // one attempt left. A running job must be requeued instead. A job in history moves back
 // to the hot set.
 var sqlRetryJob = `
-WITH hot AS (
+WITH hot AS (` + sqlRetryHot + `),
+` + fromHistory("hist", "$1", retrySet) + `
+SELECT * FROM hot UNION ALL SELECT * FROM hist`
+
+// sqlRetryHot is the part of sqlRetryJob for a job in the hot set, and sqlRetryHistory
+// the part for a job in history: a Citus connection runs them one after the other, so
+// that a retry of a job still in the hot set (every finished job, until MoveFinished) is
+// one routed statement.
+var (
+	sqlRetryHot = `
     UPDATE fenceq_jobs_hot SET state = ` + sqlAvailable + `, run_at = now(), finished_at = NULL,
         max_attempts = GREATEST(max_attempts, attempt + 1)
     WHERE id = $1 AND (state IN ` + sqlDue + ` OR state IN ` + sqlFinal + `)
-    RETURNING ` + jobColumns + `),
-` + fromHistory("hist", "$1", retrySet) + `
-SELECT * FROM hot UNION ALL SELECT * FROM hist`
+    RETURNING ` + jobColumns
+	sqlRetryHistory = `
+WITH ` + fromHistory("hist", "$1", retrySet) + `
+SELECT * FROM hist`
+)
 
 // retrySet are the new values of a job that RetryJob or RequeueJob takes out of history.
 var retrySet = [][2]string{{"state", sqlAvailable}, {"run_at", "now()"}, {"finished_at", "NULL"},
