@@ -463,3 +463,81 @@ func TestQueueNamesAndPadding(t *testing.T) {
 			len(p), p == argsPadding(1000), strings.Trim(p, padAlphabet))
 	}
 }
+
+// With SplitWorkers, Workers is the total: each queue of each side gets its share.
+func TestSplitWorkersOverQueues(t *testing.T) {
+	t.Parallel()
+	cfg := tiny(t, WorkloadDrain)
+	cfg.Vs, cfg.Jobs, cfg.Queues, cfg.Workers, cfg.SplitWorkers = SystemRiver, 400, 4, 8, true
+	rep := run(t, cfg)
+	assertFigures(t, rep, 1)
+	if rep.Settings.Workers != 2 || !strings.Contains(rep.settingsLine(), "4 queues of 2 workers (8 split over them)") {
+		t.Errorf("settings %+v, line %q: want 4 queues of 2 workers", rep.Settings, rep.settingsLine())
+	}
+	for _, s := range rep.Systems {
+		if !strings.Contains(s.Config, "MaxWorkers=2") {
+			t.Errorf("%s: configuration %q does not give each queue 2 workers", s.Name, s.Config)
+		}
+		m := s.Runs[0].Metrics
+		if m[MetricJobs] != 400 {
+			t.Errorf("%s: %v jobs, want 400", s.Name, m[MetricJobs])
+		}
+		if p := m[MetricPeakRunning]; p > 8 {
+			t.Errorf("%s: %v jobs ran at once, more than the 8 slots in all", s.Name, p)
+		}
+	}
+}
+
+// CompareQueues measures each side on one queue and on N queues in one invocation
+// and divides their medians.
+func TestCompareQueues(t *testing.T) {
+	t.Parallel()
+	cfg := tiny(t, WorkloadDrain)
+	cfg.Vs, cfg.Jobs, cfg.Workers, cfg.CompareQueues = SystemRiver, 300, 8, 4
+	rep := run(t, cfg)
+	assertFigures(t, rep, 1)
+	var names []string
+	for _, s := range rep.Systems {
+		names = append(names, s.Name)
+		if got := s.Runs[0].Metrics[MetricJobs]; got != 300 {
+			t.Errorf("%s: %v jobs, want 300", s.Name, got)
+		}
+	}
+	if strings.Join(names, ",") != "fenceq/1q,fenceq/4q,river/1q,river/4q" {
+		t.Fatalf("sides %v, want fenceq and river on 1 and 4 queues", names)
+	}
+	if !strings.Contains(sideOf(t, rep, "fenceq/1q").Config, "queue default MaxWorkers=8") ||
+		!strings.Contains(sideOf(t, rep, "river/4q").Config, "4 queues (jobs round robin), each MaxWorkers=2") {
+		t.Errorf("configurations do not split the 8 slots: %q, %q", sideOf(t, rep, "fenceq/1q").Config, sideOf(t, rep, "river/4q").Config)
+	}
+	if len(rep.Ratios) != 4 {
+		t.Fatalf("ratios %+v, want 4q/1q of each side and fenceq/river on each", rep.Ratios)
+	}
+	q := rep.Ratios[0]
+	want := sideOf(t, rep, "fenceq/4q").Summary[MetricJobsPerSec].Median / sideOf(t, rep, "fenceq/1q").Summary[MetricJobsPerSec].Median
+	if q.Of != "fenceq/4q" || q.To != "fenceq/1q" || q.Value != want || q.Value <= 0 {
+		t.Errorf("first ratio %+v, want fenceq/4q over fenceq/1q = %v", q, want)
+	}
+}
+
+func TestSlotErrorsNameTheFlags(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		cfg  Config
+		want []string
+	}{
+		{Config{Workload: WorkloadDrain, Workers: 10, Queues: 3, SplitWorkers: true}, []string{"--workers 10", "--queues 3", "multiple"}},
+		{Config{Workload: WorkloadDrain, Workers: 2, Queues: 4, SplitWorkers: true}, []string{"--workers 2", "--queues 4"}},
+		{Config{Workload: WorkloadInsert, SplitWorkers: true}, []string{"--split-workers", "insert"}},
+		{Config{Workload: WorkloadDrain, Workers: 10, CompareQueues: 3}, []string{"--workers 10", "--compare-queues 3"}},
+		{Config{Workload: WorkloadFenced, CompareQueues: 10}, []string{"--compare-queues", "fenced"}},
+		{Config{Workload: WorkloadDrain, Queues: 5, CompareQueues: 10}, []string{"--compare-queues 10", "--queues 5"}},
+	} {
+		_, err := Run(context.Background(), tc.cfg)
+		for _, w := range tc.want {
+			if err == nil || !strings.Contains(err.Error(), w) {
+				t.Errorf("config %+v: error %v, want one naming %q", tc.cfg, err, w)
+			}
+		}
+	}
+}

@@ -173,6 +173,8 @@ type Settings struct {
 	Checkpoint      bool   `json:"checkpoint_before_each_run"`
 	CeilingClaimers int    `json:"ceiling_claimers,omitempty"`
 	Queues          int    `json:"queues"`
+	SplitWorkers    bool   `json:"split_workers,omitempty"`
+	CompareQueues   int    `json:"compare_queues,omitempty"`
 	ArgsBytes       int    `json:"args_bytes,omitempty"`
 	JobSleep        string `json:"job_sleep,omitempty"`
 	CommitWrites    bool   `json:"commit_writes,omitempty"`
@@ -199,11 +201,15 @@ type Report struct {
 	Conditions Conditions      `json:"conditions"`
 	Systems    []*SystemReport `json:"systems"`
 	Ratios     []Ratio         `json:"ratios"`
+
+	// ratioPairs, when set, are the (of, to) sides whose medians the ratios divide;
+	// otherwise each side after the first is divided into the first.
+	ratioPairs [][2]string
 }
 
 func newReport(ctx context.Context, cfg Config, systems []system) (*Report, error) {
 	r := &Report{Workload: cfg.Workload, Settings: Settings{
-		Workers: cfg.Workers, Conns: cfg.Conns, Runs: cfg.Runs, Retained: cfg.Retained, Checkpoint: cfg.Checkpoint,
+		Workers: cfg.slotsPerQueue(), SplitWorkers: cfg.SplitWorkers, CompareQueues: cfg.CompareQueues, Conns: cfg.Conns, Runs: cfg.Runs, Retained: cfg.Retained, Checkpoint: cfg.Checkpoint,
 		Queues: cfg.Queues, ArgsBytes: cfg.ArgsBytes, CommitWrites: cfg.CommitWrites && cfg.Workload == WorkloadFenced,
 	}}
 	if cfg.JobSleep > 0 {
@@ -267,6 +273,20 @@ func (r *Report) finish(context.Context, Config) {
 			}
 		}
 	}
+	if r.ratioPairs != nil {
+		for _, p := range r.ratioPairs {
+			of, to := r.system(p[0]), r.system(p[1])
+			if of == nil || to == nil {
+				continue
+			}
+			for _, m := range workloadMetrics[r.Workload] {
+				if b := to.Summary[m].Median; b != 0 {
+					r.Ratios = append(r.Ratios, Ratio{Metric: m, Of: of.Name, To: to.Name, Value: of.Summary[m].Median / b})
+				}
+			}
+		}
+		return
+	}
 	if len(r.Systems) < 2 {
 		return
 	}
@@ -279,6 +299,16 @@ func (r *Report) finish(context.Context, Config) {
 			}
 		}
 	}
+}
+
+// system returns the side with this name, nil when there is none.
+func (r *Report) system(name string) *SystemReport {
+	for _, s := range r.Systems {
+		if s.Name == name {
+			return s
+		}
+	}
+	return nil
 }
 
 // WriteJSON writes the report as indented JSON.
@@ -341,9 +371,15 @@ func (r *Report) settingsLine() string {
 	if s.Rate > 0 {
 		parts = append(parts, fmt.Sprintf("at %d jobs/s", s.Rate))
 	}
-	if s.Queues > 1 {
+	switch {
+	case s.CompareQueues > 0:
+		parts = append(parts, fmt.Sprintf("%d workers on 1 queue against %d queues of %d workers",
+			s.Workers, s.CompareQueues, s.Workers/s.CompareQueues))
+	case s.Queues > 1 && s.SplitWorkers:
+		parts = append(parts, fmt.Sprintf("%d queues of %d workers (%d split over them)", s.Queues, s.Workers, s.Workers*s.Queues))
+	case s.Queues > 1:
 		parts = append(parts, fmt.Sprintf("%d queues of %d workers", s.Queues, s.Workers))
-	} else {
+	case s.Workers > 0:
 		parts = append(parts, fmt.Sprintf("%d workers", s.Workers))
 	}
 	parts = append(parts, fmt.Sprintf("%d conns per side", s.Conns), fmt.Sprintf("%d runs alternating", s.Runs))

@@ -39,6 +39,8 @@ func benchCommand() *ucli.Command {
 			"  fenceq bench latency --rate 1000 --duration 20s --vs river\n" +
 			"  fenceq bench drain --retained 1000000 --idle-xact 60s --runs 3\n" +
 			"  fenceq bench drain --queues 100 --workers 10 --args-bytes 10000 --runs 3\n" +
+			"  fenceq bench drain --queues 1000 --workers 1000 --split-workers --vs river\n" +
+			"  fenceq bench drain --workers 1000 --compare-queues 1000 --vs river\n" +
 			"  fenceq bench drain --jobs 20000 --workers 10000 --job-sleep 3s --runs 1",
 		Flags: []ucli.Flag{
 			&ucli.IntFlag{Name: "jobs", Usage: "jobs of insert, drain and fenced", DefaultText: "200000; fenced 20000"},
@@ -55,6 +57,8 @@ func benchCommand() *ucli.Command {
 			&ucli.IntFlag{Name: "ceiling-claimers", Usage: "concurrent claimers of the bare-SQL ceiling", DefaultText: "2"},
 			&ucli.IntFlag{Name: "claim-batch", Usage: "fenceq ClaimBatchSize", DefaultText: "the engine's"},
 			&ucli.IntFlag{Name: "queues", Usage: "spread the jobs over `N` queues, each served with --workers slots", DefaultText: "1"},
+			&ucli.BoolFlag{Name: "split-workers", Usage: "drain, fenced, steady, latency: --workers is the total, split evenly over --queues"},
+			&ucli.IntFlag{Name: "compare-queues", Usage: "drain: alternate runs on 1 queue and on `N` queues (--workers split over them) and report N/1", DefaultText: "off"},
 			&ucli.IntFlag{Name: "args-bytes", Usage: "pad each job's args with `N` bytes that do not compress", DefaultText: "none"},
 			&ucli.BoolFlag{Name: "commit-writes", Usage: "fenced: fenceq's handler commits through Job.CommitWrites (one pipeline) instead of Job.Commit"},
 			&ucli.DurationFlag{Name: "job-sleep", Usage: "drain, fenced: each handler sleeps this long (memory per running job)", DefaultText: "none"},
@@ -85,6 +89,8 @@ func benchCommand() *ucli.Command {
 				IdleXact:        c.Duration("idle-xact"),
 				ClaimBatch:      c.Int("claim-batch"),
 				Queues:          c.Int("queues"),
+				SplitWorkers:    c.Bool("split-workers"),
+				CompareQueues:   c.Int("compare-queues"),
 				ArgsBytes:       c.Int("args-bytes"),
 				JobSleep:        c.Duration("job-sleep"),
 				CommitWrites:    c.Bool("commit-writes"),
@@ -173,7 +179,8 @@ func benchUsage(cfg bench.Config) error {
 	}
 	for name, n := range map[string]int{"--jobs": cfg.Jobs, "--rate": cfg.Rate, "--workers": cfg.Workers,
 		"--conns": cfg.Conns, "--retained": cfg.Retained, "--ceiling-claimers": cfg.CeilingClaimers,
-		"--claim-batch": cfg.ClaimBatch, "--queues": cfg.Queues, "--args-bytes": cfg.ArgsBytes} {
+		"--claim-batch": cfg.ClaimBatch, "--queues": cfg.Queues, "--args-bytes": cfg.ArgsBytes,
+		"--compare-queues": cfg.CompareQueues} {
 		if n < 0 {
 			return usageError{Err: fmt.Errorf("%s: %d must not be negative", name, n)}
 		}

@@ -80,6 +80,7 @@ func TestBenchUsageErrors(t *testing.T) {
 		{[]string{"drain", "--args-bytes", "-10"}, "--args-bytes"},
 		{[]string{"drain", "--job-sleep", "-1s"}, "--job-sleep"},
 		{[]string{"drain", "--commit-writes"}, "--commit-writes"},
+		{[]string{"drain", "--compare-queues", "-1"}, "--compare-queues"},
 	} {
 		_, errOut, code := runBench(t, tc.args...)
 		if code != cli.ExitUsage || !strings.Contains(errOut, tc.want) {
