@@ -21,6 +21,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -47,10 +48,12 @@ const (
 	WorkloadSteady  = "steady"
 	WorkloadLatency = "latency"
 	WorkloadFenced  = "fenced"
+	WorkloadIdle    = "idle"
+	WorkloadLayout  = "layout"
 )
 
 // Workloads lists every workload in the order the CLI documents them.
-var Workloads = []string{WorkloadInsert, WorkloadDrain, WorkloadSteady, WorkloadLatency, WorkloadFenced}
+var Workloads = []string{WorkloadInsert, WorkloadDrain, WorkloadSteady, WorkloadLatency, WorkloadFenced, WorkloadIdle, WorkloadLayout}
 
 // System names as they appear in reports.
 const (
@@ -87,8 +90,12 @@ type Config struct {
 	// this many queues, the Workers slots split evenly over them, and reports the
 	// ratio of the two. 0 measures Queues queues only.
 	CompareQueues int
-	// Conns is the size of each side's connection pool. Defaults to 8.
+	// Conns is the size of each side's connection pool (of each process's, in idle).
+	// Defaults to 8 (2 for idle).
 	Conns int
+	// Processes is the number of workers of each side in idle, each with its own pool
+	// of Conns connections. Defaults to 10.
+	Processes int
 	// Runs is the number of paired runs. Defaults to 5.
 	Runs int
 	// Vs names the peer to run alongside fenceq: "" or "river".
@@ -141,6 +148,8 @@ type Config struct {
 	// Set by withDefaults: the queues' names and the args' padding.
 	queueNames []string
 	padding    string
+	// idleWarmup is how long idle's workers run before the measured window.
+	idleWarmup time.Duration
 }
 
 // queueOf is the queue of the job with this sequence number.
@@ -195,6 +204,18 @@ func argsPadding(n int) string {
 }
 
 func (c Config) withDefaults() Config {
+	switch c.Workload {
+	case WorkloadIdle:
+		c.Workers = cmp.Or(c.Workers, 1)
+		c.Duration = cmp.Or(c.Duration, defaultIdleDuration)
+		c.Runs = cmp.Or(c.Runs, 3)
+		c.Conns = cmp.Or(c.Conns, defaultIdleConns)
+		c.Queues = cmp.Or(c.Queues, defaultIdleQueues)
+		c.Processes = cmp.Or(c.Processes, defaultIdleProcesses)
+		c.idleWarmup = cmp.Or(c.idleWarmup, defaultIdleWarmup)
+	case WorkloadLayout:
+		c.Runs = cmp.Or(c.Runs, 3)
+	}
 	if c.DatabaseURL == "" {
 		c.DatabaseURL = DefaultDatabaseURL
 	}
@@ -221,6 +242,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.CeilingClaimers == 0 {
 		c.CeilingClaimers = 2
+	}
+	if c.Processes == 0 {
+		c.Processes = 1
 	}
 	if c.Queues == 0 {
 		c.Queues = 1
@@ -262,6 +286,14 @@ func (c Config) validate() error {
 	}
 	if err := c.validateSlots(); err != nil {
 		return err
+	}
+	if c.Workload == WorkloadIdle {
+		if c.Queues < 2 {
+			return fmt.Errorf("bench: idle: --queues %d: idle compares 1 queue with --queues queues, which must be at least 2", c.Queues)
+		}
+		if c.Processes < 1 || c.Processes > maxIdleProcesses {
+			return fmt.Errorf("bench: idle: --processes %d must be between 1 and %d", c.Processes, maxIdleProcesses)
+		}
 	}
 	if c.Retained < 0 {
 		return fmt.Errorf("bench: retained: %d must not be negative", c.Retained)
@@ -343,6 +375,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	systems := make([]system, len(sides))
 	for i, sd := range sides {
 		systems[i] = sd.sys
+	}
+	switch cfg.Workload {
+	case WorkloadIdle:
+		return runIdle(ctx, cfg)
+	case WorkloadLayout:
+		return runLayout(ctx, cfg)
 	}
 	rep, err := newReport(ctx, cfg, systems)
 	if err != nil {
@@ -535,6 +573,12 @@ const connsBesidesPool = 3
 // checkConnections fails when the server cannot give a run its pool: the pool would
 // otherwise wait for connections that never come, and the figures would measure that.
 func checkConnections(ctx context.Context, cfg Config) error {
+	return checkFreeConnections(ctx, cfg, cfg.Conns+connsBesidesPool, fmt.Sprintf("conns: %d", cfg.Conns))
+}
+
+// checkFreeConnections fails when the server has fewer than need connections free for
+// what (the settings that need them, named in the error).
+func checkFreeConnections(ctx context.Context, cfg Config, need int, what string) error {
 	c, err := pgx.Connect(ctx, cfg.DatabaseURL)
 	if err != nil {
 		return fmt.Errorf("connect to %s: %w", redact.URL(cfg.DatabaseURL), err)
@@ -545,9 +589,9 @@ func checkConnections(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("read connection limits: %w", err)
 	}
 	free := maxConn - reserved - inUse
-	if need := cfg.Conns + connsBesidesPool; need > free {
-		return fmt.Errorf("bench: conns: %d needs %d connections, but the server has %d free "+
-			"(max_connections %d, %d reserved, %d in use)", cfg.Conns, need, free, maxConn, reserved, inUse)
+	if need > free {
+		return fmt.Errorf("bench: %s needs %d connections, but the server has %d free "+
+			"(max_connections %d, %d reserved, %d in use)", what, need, free, maxConn, reserved, inUse)
 	}
 	return nil
 }

@@ -541,3 +541,96 @@ func TestSlotErrorsNameTheFlags(t *testing.T) {
 		}
 	}
 }
+
+// idle measures each side on 1 queue and on N in a database of its own, which it
+// drops at the end.
+func TestIdleMeasuresOwnDatabase(t *testing.T) {
+	t.Parallel()
+	cfg := Config{
+		Workload:    WorkloadIdle,
+		DatabaseURL: fenceqtest.RequireServerURL(t),
+		Vs:          SystemRiver,
+		Processes:   2,
+		Queues:      3,
+		Runs:        1,
+		Duration:    2 * time.Second,
+		idleWarmup:  time.Second,
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, s := range rep.Systems {
+		names = append(names, s.Name)
+		m := s.Runs[0].Metrics
+		// Every worker polls each of its queues and keeps its leases and presence
+		// fresh: with nothing to do it still sends statements and commits.
+		for _, k := range []string{MetricXactPerSec, MetricStmtsPerSec, MetricClaimsPerSec} {
+			if m[k] <= 0 {
+				t.Errorf("%s: %s = %v, want > 0", s.Name, k, m[k])
+			}
+		}
+		if m[MetricSeconds] < 2 {
+			t.Errorf("%s: measured %vs, want at least the 2s asked", s.Name, m[MetricSeconds])
+		}
+		if !strings.HasPrefix(s.Runs[0].Schema, idleDatabasePrefix) {
+			t.Errorf("%s: run recorded database %q", s.Name, s.Runs[0].Schema)
+		}
+	}
+	if strings.Join(names, ",") != "fenceq/1q,fenceq/3q,river/1q,river/3q" {
+		t.Fatalf("sides %v", names)
+	}
+	if len(rep.Ratios) != 12 || rep.Ratios[0].Of != "fenceq/3q" || rep.Ratios[0].To != "fenceq/1q" || rep.Ratios[0].Value <= 0 {
+		t.Errorf("ratios %+v, want 3q/1q of each side and fenceq/river on each, for 3 metrics", rep.Ratios)
+	}
+	var text bytes.Buffer
+	if err := rep.WriteText(&text); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"2 processes, each with a pool of 2 conns, serving 1 queue against 3 queues of 1 workers", "xact_per_sec", "fenceq/3q/fenceq/1q"} {
+		if !strings.Contains(text.String(), want) {
+			t.Errorf("text report lacks %q:\n%s", want, text.String())
+		}
+	}
+	c, err := pgx.Connect(ctx, cfg.DatabaseURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	var n int
+	if err := c.QueryRow(ctx, `SELECT count(*) FROM pg_database WHERE datname = $1`, rep.Systems[0].Runs[0].Schema).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Errorf("database %s was not dropped", rep.Systems[0].Runs[0].Schema)
+	}
+}
+
+// A role that may not create databases gets an error naming the privilege. Not
+// parallel: the idle run of TestIdleMeasuresOwnDatabase uses the same database name.
+func TestIdleNeedsCreatedb(t *testing.T) {
+	url := fenceqtest.RequireServerURL(t)
+	ctx := context.Background()
+	c, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	role := fmt.Sprintf("fq_bench_nocreatedb_%d", time.Now().UnixNano())
+	if _, err := c.Exec(ctx, "CREATE ROLE "+role+" LOGIN NOCREATEDB"); err != nil {
+		t.Skipf("cannot create a role to test with: %v", err)
+	}
+	defer func() { _, _ = c.Exec(ctx, "DROP ROLE "+role) }()
+	pc, err := pgx.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roleURL := fmt.Sprintf("host=%s port=%d dbname=%s user=%s sslmode=disable", pc.Host, pc.Port, pc.Database, role)
+	_, err = Run(ctx, Config{Workload: WorkloadIdle, DatabaseURL: roleURL, Runs: 1})
+	if err == nil || !strings.Contains(err.Error(), "CREATEDB") {
+		t.Fatalf("idle as a role without CREATEDB: error %v, want one naming the privilege", err)
+	}
+}

@@ -59,6 +59,12 @@ const (
 	// the most jobs were running, per 1,000 of them (MiB).
 	MetricRSSPer1kRunning   = "rss_mb_per_1k_running"
 	MetricGoMemPer1kRunning = "go_mb_per_1k_running"
+	// idle: transactions of the workload's own database per second
+	// (pg_stat_database.xact_commit + xact_rollback), the statements the workers sent
+	// per second, and among them the claims.
+	MetricXactPerSec   = "xact_per_sec"
+	MetricStmtsPerSec  = "statements_per_sec"
+	MetricClaimsPerSec = "claims_per_sec"
 )
 
 var workloadMetrics = map[string][]string{
@@ -66,7 +72,14 @@ var workloadMetrics = map[string][]string{
 	WorkloadDrain:   {MetricJobsPerSec},
 	WorkloadFenced:  {MetricJobsPerSec},
 	WorkloadSteady:  {MetricJobsPerSec, MetricInsertedPerSec},
+	WorkloadIdle:    {MetricXactPerSec, MetricStmtsPerSec, MetricClaimsPerSec},
 	WorkloadLatency: {MetricP50, MetricP95, MetricP99, MetricMeanMs, MetricMaxMs, MetricPickupP50, MetricPickupP99, MetricArrivalRate},
+}
+
+// ownMetrics are the figures of the idle and layout workloads besides their headline
+// ones; they report none of the other workloads' per-job statistics.
+var ownMetrics = map[string][]string{
+	WorkloadIdle: {MetricSeconds},
 }
 
 var (
@@ -88,6 +101,10 @@ func Metrics(workload string) []string {
 // metricsOf returns the metrics of a workload in the report's order, with
 // memoryMetrics where the workload has them and withMemory is set.
 func metricsOf(workload string, withMemory bool) []string {
+	switch workload {
+	case WorkloadIdle, WorkloadLayout:
+		return append(slices.Clone(workloadMetrics[workload]), ownMetrics[workload]...)
+	}
 	out := append(slices.Clone(workloadMetrics[workload]), processMetrics...)
 	if workload == WorkloadDrain || workload == WorkloadFenced {
 		out = append(out, runningMetrics...)
@@ -175,6 +192,8 @@ type Settings struct {
 	Queues          int    `json:"queues"`
 	SplitWorkers    bool   `json:"split_workers,omitempty"`
 	CompareQueues   int    `json:"compare_queues,omitempty"`
+	Processes       int    `json:"processes,omitempty"`
+	Warmup          string `json:"warmup,omitempty"`
 	ArgsBytes       int    `json:"args_bytes,omitempty"`
 	JobSleep        string `json:"job_sleep,omitempty"`
 	CommitWrites    bool   `json:"commit_writes,omitempty"`
@@ -208,6 +227,21 @@ type Report struct {
 }
 
 func newReport(ctx context.Context, cfg Config, systems []system) (*Report, error) {
+	r, err := newBaseReport(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range systems {
+		if s.name() == SystemCeiling {
+			r.Settings.CeilingClaimers = cfg.CeilingClaimers
+		}
+		r.Systems = append(r.Systems, &SystemReport{Name: s.name(), Config: s.describe()})
+	}
+	return r, nil
+}
+
+// newBaseReport is a report of cfg with its settings and conditions and no sides yet.
+func newBaseReport(ctx context.Context, cfg Config) (*Report, error) {
 	r := &Report{Workload: cfg.Workload, Settings: Settings{
 		Workers: cfg.slotsPerQueue(), SplitWorkers: cfg.SplitWorkers, CompareQueues: cfg.CompareQueues, Conns: cfg.Conns, Runs: cfg.Runs, Retained: cfg.Retained, Checkpoint: cfg.Checkpoint,
 		Queues: cfg.Queues, ArgsBytes: cfg.ArgsBytes, CommitWrites: cfg.CommitWrites && cfg.Workload == WorkloadFenced,
@@ -226,11 +260,14 @@ func newReport(ctx context.Context, cfg Config, systems []system) (*Report, erro
 	if cfg.IdleXact > 0 {
 		r.Settings.IdleXact = cfg.IdleXact.String()
 	}
-	for _, s := range systems {
-		if s.name() == SystemCeiling {
-			r.Settings.CeilingClaimers = cfg.CeilingClaimers
-		}
-		r.Systems = append(r.Systems, &SystemReport{Name: s.name(), Config: s.describe()})
+	switch cfg.Workload {
+	case WorkloadIdle:
+		r.Settings.Jobs, r.Settings.Retained, r.Settings.Checkpoint = 0, 0, false
+		r.Settings.Processes, r.Settings.Duration = cfg.Processes, cfg.Duration.String()
+		r.Settings.Warmup = cfg.idleWarmup.String()
+	case WorkloadLayout:
+		r.Settings.Workers, r.Settings.Queues, r.Settings.Conns = 0, 0, 0
+		r.Settings.CeilingClaimers = cfg.CeilingClaimers
 	}
 	c, err := pgx.Connect(ctx, cfg.DatabaseURL)
 	if err != nil {
@@ -361,6 +398,19 @@ func (r *Report) WriteText(w io.Writer) error {
 
 func (r *Report) settingsLine() string {
 	s := r.Settings
+	switch r.Workload {
+	case WorkloadIdle:
+		return fmt.Sprintf("%d processes, each with a pool of %d conns, serving 1 queue against %d queues of %d workers, "+
+			"no jobs; %s measured after a %s warm-up; %d runs, the sides in rotating order",
+			s.Processes, s.Conns, s.Queues, s.Workers, s.Duration, s.Warmup, s.Runs)
+	case WorkloadLayout:
+		line := fmt.Sprintf("%d jobs drained by %d claimers (LIMIT %d, then one batched fenced completion), "+
+			"%d finished jobs retained; %d runs, the layouts in rotating order", s.Jobs, s.CeilingClaimers, ceilingBatch, s.Retained, s.Runs)
+		if s.Checkpoint {
+			line += ", CHECKPOINT before each run"
+		}
+		return line
+	}
 	var parts []string
 	if s.Jobs > 0 {
 		parts = append(parts, fmt.Sprintf("%d jobs", s.Jobs))

@@ -28,6 +28,10 @@ func benchCommand() *ucli.Command {
 			"  fenced   each job commits a result row + an outbox row + its completion in one\n" +
 			"           transaction (fenceq Job.Commit vs River JobCompleteTx), jobs/s (with the\n" +
 			"           bare-SQL ceiling: each job's transaction in one pipelined round trip)\n" +
+			"  idle     --processes workers, each with its own pool of --conns, serving 1 queue\n" +
+			"           and then --queues queues (default 100) with no jobs: transactions/s of\n" +
+			"           a database the bench creates and drops (needs CREATEDB), statements/s\n" +
+			"           and claims/s, medians and the ratio N queues / 1 queue\n" +
 			"Each run of each side uses a fresh schema of the database, dropped afterwards; with\n" +
 			"--vs river the sides alternate which goes first. The table shows the median, min,\n" +
 			"max and max/min of the runs per side and the ratios of the medians, plus WAL bytes,\n" +
@@ -41,14 +45,16 @@ func benchCommand() *ucli.Command {
 			"  fenceq bench drain --queues 100 --workers 10 --args-bytes 10000 --runs 3\n" +
 			"  fenceq bench drain --queues 1000 --workers 1000 --split-workers --vs river\n" +
 			"  fenceq bench drain --workers 1000 --compare-queues 1000 --vs river\n" +
-			"  fenceq bench drain --jobs 20000 --workers 10000 --job-sleep 3s --runs 1",
+			"  fenceq bench drain --jobs 20000 --workers 10000 --job-sleep 3s --runs 1\n" +
+			"  fenceq bench idle --processes 10 --queues 100 --vs river",
 		Flags: []ucli.Flag{
 			&ucli.IntFlag{Name: "jobs", Usage: "jobs of insert, drain and fenced", DefaultText: "200000; fenced 20000"},
-			&ucli.DurationFlag{Name: "duration", Usage: "length of steady and latency", DefaultText: "10s"},
+			&ucli.DurationFlag{Name: "duration", Usage: "length of steady and latency, measured window of idle", DefaultText: "10s; idle 30s"},
 			&ucli.IntFlag{Name: "rate", Usage: "arrival rate of latency, jobs/s", DefaultText: "1000"},
-			&ucli.IntFlag{Name: "workers", Usage: "jobs each side runs at once (MaxWorkers)", DefaultText: "1000"},
-			&ucli.IntFlag{Name: "conns", Usage: "connections in each side's pool", DefaultText: "8"},
-			&ucli.IntFlag{Name: "runs", Value: 5, Usage: "paired runs"},
+			&ucli.IntFlag{Name: "workers", Usage: "jobs each side runs at once per queue (MaxWorkers)", DefaultText: "1000; idle 1"},
+			&ucli.IntFlag{Name: "conns", Usage: "connections in each side's pool (each process's, in idle)", DefaultText: "8; idle 2"},
+			&ucli.IntFlag{Name: "processes", Usage: "idle: workers of each side, each with its own pool of --conns", DefaultText: "10"},
+			&ucli.IntFlag{Name: "runs", Usage: "paired runs (idle, layout: rounds over the sides)", DefaultText: "5; idle and layout 3"},
 			&ucli.StringFlag{Name: "vs", Usage: "peer measured alongside: river"},
 			&ucli.IntFlag{Name: "retained", Usage: "finished jobs pre-filled before each run", DefaultText: "none"},
 			&ucli.DurationFlag{Name: "idle-xact", Usage: "hold an idle transaction (vacuum horizon) open this long during each run", DefaultText: "none"},
@@ -81,6 +87,7 @@ func benchCommand() *ucli.Command {
 				Workers:         c.Int("workers"),
 				Conns:           c.Int("conns"),
 				Runs:            c.Int("runs"),
+				Processes:       c.Int("processes"),
 				Vs:              strings.ToLower(c.String("vs")),
 				Ceiling:         !c.Bool("no-ceiling"),
 				Checkpoint:      !c.Bool("no-checkpoint"),
@@ -101,6 +108,9 @@ func benchCommand() *ucli.Command {
 			}
 			if c.Bool("verbose") {
 				cfg.Logger = slog.New(slog.NewTextHandler(stderr(c), &slog.HandlerOptions{Level: slog.LevelWarn}))
+			}
+			if c.IsSet("runs") && cfg.Runs < 1 {
+				return usageError{Err: fmt.Errorf("--runs: %d must be at least 1", cfg.Runs)}
 			}
 			if err := benchUsage(cfg); err != nil {
 				return err
@@ -180,7 +190,7 @@ func benchUsage(cfg bench.Config) error {
 	for name, n := range map[string]int{"--jobs": cfg.Jobs, "--rate": cfg.Rate, "--workers": cfg.Workers,
 		"--conns": cfg.Conns, "--retained": cfg.Retained, "--ceiling-claimers": cfg.CeilingClaimers,
 		"--claim-batch": cfg.ClaimBatch, "--queues": cfg.Queues, "--args-bytes": cfg.ArgsBytes,
-		"--compare-queues": cfg.CompareQueues} {
+		"--compare-queues": cfg.CompareQueues, "--processes": cfg.Processes, "--runs": cfg.Runs} {
 		if n < 0 {
 			return usageError{Err: fmt.Errorf("%s: %d must not be negative", name, n)}
 		}
@@ -190,9 +200,6 @@ func benchUsage(cfg bench.Config) error {
 	}
 	if cfg.CommitWrites && cfg.Workload != bench.WorkloadFenced {
 		return usageError{Err: fmt.Errorf("--commit-writes: only the %s workload commits in its handlers, not %s", bench.WorkloadFenced, cfg.Workload)}
-	}
-	if cfg.Runs < 1 {
-		return usageError{Err: fmt.Errorf("--runs: %d must be at least 1", cfg.Runs)}
 	}
 	return nil
 }

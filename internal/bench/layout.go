@@ -1,0 +1,5 @@
+package bench
+
+import "context"
+
+func runLayout(ctx context.Context, cfg Config) (*Report, error) { return nil, nil }
