@@ -18,8 +18,8 @@ import (
 	"github.com/riverqueue/river/rivermigrate"
 
 	"github.com/fenceq/fenceq"
-	"github.com/fenceq/fenceq/migrations"
 	"github.com/fenceq/fenceq/internal/redact"
+	"github.com/fenceq/fenceq/migrations"
 )
 
 // The idle workload measures what a fleet of workers costs the server when there is
