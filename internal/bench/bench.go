@@ -136,6 +136,9 @@ type Config struct {
 	// returns, so that Workers jobs run at once: the memory figures per 1,000 running
 	// jobs come from such runs.
 	JobSleep time.Duration
+	// Layouts names the storage layouts the layout workload compares, some of Layouts.
+	// Defaults to all of them.
+	Layouts []string
 	// Progress receives a line per second during long phases; nil prints nothing.
 	Progress io.Writer
 	// TraceSQL prints to Progress, after each run, the statements of the measured phase
@@ -215,6 +218,9 @@ func (c Config) withDefaults() Config {
 		c.idleWarmup = cmp.Or(c.idleWarmup, defaultIdleWarmup)
 	case WorkloadLayout:
 		c.Runs = cmp.Or(c.Runs, 3)
+		if len(c.Layouts) == 0 {
+			c.Layouts = slices.Clone(Layouts)
+		}
 	}
 	if c.DatabaseURL == "" {
 		c.DatabaseURL = DefaultDatabaseURL
@@ -286,6 +292,11 @@ func (c Config) validate() error {
 	}
 	if err := c.validateSlots(); err != nil {
 		return err
+	}
+	if c.Workload == WorkloadLayout {
+		if err := c.validateLayouts(); err != nil {
+			return err
+		}
 	}
 	if c.Workload == WorkloadIdle {
 		if c.Queues < 2 {

@@ -634,3 +634,87 @@ func TestIdleNeedsCreatedb(t *testing.T) {
 		t.Fatalf("idle as a role without CREATEDB: error %v, want one naming the privilege", err)
 	}
 }
+
+// Every layout drains its jobs exactly once (layoutOnce verifies it) and reports the
+// figures of each: blocks per claim and per job, WAL, vacuum work and hot pages.
+func TestLayoutAllLayouts(t *testing.T) {
+	t.Parallel()
+	cfg := Config{
+		Workload:    WorkloadLayout,
+		DatabaseURL: fenceqtest.RequireServerURL(t),
+		Jobs:        3000,
+		Retained:    2000,
+		Runs:        1,
+		Checkpoint:  true,
+	}
+	rep := run(t, cfg)
+	var names []string
+	for _, s := range rep.Systems {
+		names = append(names, s.Name)
+		if s.Config == "" {
+			t.Errorf("%s: not described", s.Name)
+		}
+		m := s.Runs[0].Metrics
+		if m[MetricJobs] != 3000 {
+			t.Errorf("%s: %v jobs, want 3000", s.Name, m[MetricJobs])
+		}
+		// 3,000 jobs in claims of at most 1,000.
+		if m[MetricClaims] < 3 {
+			t.Errorf("%s: %v claims for 3000 jobs, want at least 3", s.Name, m[MetricClaims])
+		}
+		for _, k := range []string{MetricJobsPerSec, MetricWALPerJob, MetricHeapBlksPerClaim, MetricIdxBlksPerClaim,
+			MetricHeapBlksPerJob, MetricIdxBlksPerJob, MetricExplainBlksPerClaim, MetricHotPagesBefore, MetricHotPagesAfter} {
+			if m[k] <= 0 {
+				t.Errorf("%s: %s = %v, want > 0", s.Name, k, m[k])
+			}
+		}
+		if _, ok := m[MetricVacuumMs]; !ok {
+			t.Errorf("%s: no %s", s.Name, MetricVacuumMs)
+		}
+		// Each job's completion leaves at least one dead row version behind (the claimed
+		// version, or the deleted hot row), until VACUUM.
+		if m[MetricDeadTuples] < 3000 {
+			t.Errorf("%s: %v dead tuples after draining 3000 jobs", s.Name, m[MetricDeadTuples])
+		}
+		if m[MetricHeapBlksPerClaim] < m[MetricHeapBlksPerJob] {
+			t.Errorf("%s: %v heap blocks per claim, fewer than the %v per job", s.Name, m[MetricHeapBlksPerClaim], m[MetricHeapBlksPerJob])
+		}
+	}
+	if strings.Join(names, ",") != "single,split,partitioned,narrow" {
+		t.Fatalf("layouts %v", names)
+	}
+	// The split layout's hot table is empty after the drain: VACUUM truncates it.
+	sp := sideOf(t, rep, LayoutSplit).Runs[0].Metrics
+	if sp[MetricHotPagesVacuumed] >= sp[MetricHotPagesAfter] {
+		t.Errorf("split: %v hot pages after VACUUM, %v before it: the emptied hot table was not truncated",
+			sp[MetricHotPagesVacuumed], sp[MetricHotPagesAfter])
+	}
+	if len(rep.Ratios) != 3*len(ratioMetrics[WorkloadLayout]) || rep.Ratios[0].To != LayoutSingle || rep.Ratios[0].Of != LayoutSplit {
+		t.Errorf("ratios %+v, want each layout over single", rep.Ratios)
+	}
+	var text bytes.Buffer
+	if err := rep.WriteText(&text); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"3000 jobs drained by 2 claimers", "2000 finished jobs retained", "idx_blks_per_claim", "split/single"} {
+		if !strings.Contains(text.String(), want) {
+			t.Errorf("text report lacks %q:\n%s", want, text.String())
+		}
+	}
+}
+
+func TestLayoutErrorsNameTheFlag(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		layouts []string
+		want    string
+	}{
+		{[]string{"single", "heap"}, `--layouts: "heap" is not a layout`},
+		{[]string{"split", "split"}, `--layouts: "split" named twice`},
+	} {
+		_, err := Run(context.Background(), Config{Workload: WorkloadLayout, Layouts: tc.layouts})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("layouts %v: error %v, want %q", tc.layouts, err, tc.want)
+		}
+	}
+}

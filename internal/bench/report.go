@@ -68,18 +68,28 @@ const (
 )
 
 var workloadMetrics = map[string][]string{
-	WorkloadInsert:  {MetricCopyPerSec, MetricSinglePerSec},
-	WorkloadDrain:   {MetricJobsPerSec},
-	WorkloadFenced:  {MetricJobsPerSec},
-	WorkloadSteady:  {MetricJobsPerSec, MetricInsertedPerSec},
-	WorkloadIdle:    {MetricXactPerSec, MetricStmtsPerSec, MetricClaimsPerSec},
+	WorkloadInsert: {MetricCopyPerSec, MetricSinglePerSec},
+	WorkloadDrain:  {MetricJobsPerSec},
+	WorkloadFenced: {MetricJobsPerSec},
+	WorkloadSteady: {MetricJobsPerSec, MetricInsertedPerSec},
+	WorkloadIdle:   {MetricXactPerSec, MetricStmtsPerSec, MetricClaimsPerSec},
+	WorkloadLayout: {MetricJobsPerSec, MetricWALPerJob, MetricHeapBlksPerClaim, MetricIdxBlksPerClaim,
+		MetricHeapBlksPerJob, MetricIdxBlksPerJob, MetricExplainBlksPerClaim, MetricDeadTuples, MetricVacuumMs,
+		MetricHotPagesBefore, MetricHotPagesAfter, MetricHotPagesVacuumed},
 	WorkloadLatency: {MetricP50, MetricP95, MetricP99, MetricMeanMs, MetricMaxMs, MetricPickupP50, MetricPickupP99, MetricArrivalRate},
 }
 
 // ownMetrics are the figures of the idle and layout workloads besides their headline
 // ones; they report none of the other workloads' per-job statistics.
 var ownMetrics = map[string][]string{
-	WorkloadIdle: {MetricSeconds},
+	WorkloadIdle:   {MetricSeconds},
+	WorkloadLayout: {MetricClaims, MetricJobs, MetricSeconds},
+}
+
+// ratioMetrics are the metrics whose medians a workload's ratios divide, where they
+// are not its workloadMetrics.
+var ratioMetrics = map[string][]string{
+	WorkloadLayout: {MetricJobsPerSec, MetricWALPerJob, MetricHeapBlksPerJob, MetricIdxBlksPerJob},
 }
 
 var (
@@ -316,7 +326,7 @@ func (r *Report) finish(context.Context, Config) {
 			if of == nil || to == nil {
 				continue
 			}
-			for _, m := range workloadMetrics[r.Workload] {
+			for _, m := range r.ratioMetrics() {
 				if b := to.Summary[m].Median; b != 0 {
 					r.Ratios = append(r.Ratios, Ratio{Metric: m, Of: of.Name, To: to.Name, Value: of.Summary[m].Median / b})
 				}
@@ -329,13 +339,25 @@ func (r *Report) finish(context.Context, Config) {
 	}
 	base := r.Systems[0]
 	for _, other := range r.Systems[1:] {
-		for _, m := range workloadMetrics[r.Workload] {
-			a, b := base.Summary[m], other.Summary[m]
-			if b.Median != 0 {
-				r.Ratios = append(r.Ratios, Ratio{Metric: m, Of: base.Name, To: other.Name, Value: a.Median / b.Median})
+		// fenceq over its peers; each layout over the first (single).
+		of, to := base, other
+		if r.Workload == WorkloadLayout {
+			of, to = other, base
+		}
+		for _, m := range r.ratioMetrics() {
+			if b := to.Summary[m].Median; b != 0 {
+				r.Ratios = append(r.Ratios, Ratio{Metric: m, Of: of.Name, To: to.Name, Value: of.Summary[m].Median / b})
 			}
 		}
 	}
+}
+
+// ratioMetrics are the metrics the report's ratios divide.
+func (r *Report) ratioMetrics() []string {
+	if ms, ok := ratioMetrics[r.Workload]; ok {
+		return ms
+	}
+	return workloadMetrics[r.Workload]
 }
 
 // system returns the side with this name, nil when there is none.

@@ -32,6 +32,11 @@ func benchCommand() *ucli.Command {
 			"           and then --queues queues (default 100) with no jobs: transactions/s of\n" +
 			"           a database the bench creates and drops (needs CREATEDB), statements/s\n" +
 			"           and claims/s, medians and the ratio N queues / 1 queue\n" +
+			"  layout   storage layouts at the bare-SQL level (--layouts single,split,partitioned,\n" +
+			"           narrow): --retained finished jobs, --jobs drained by --ceiling-claimers\n" +
+			"           (claim 1,000, one batched fenced completion each); jobs/s, WAL per job,\n" +
+			"           heap and index blocks per claim and per job, dead tuples, VACUUM time,\n" +
+			"           pages of the hot tables\n" +
 			"Each run of each side uses a fresh schema of the database, dropped afterwards; with\n" +
 			"--vs river the sides alternate which goes first. The table shows the median, min,\n" +
 			"max and max/min of the runs per side and the ratios of the medians, plus WAL bytes,\n" +
@@ -46,9 +51,10 @@ func benchCommand() *ucli.Command {
 			"  fenceq bench drain --queues 1000 --workers 1000 --split-workers --vs river\n" +
 			"  fenceq bench drain --workers 1000 --compare-queues 1000 --vs river\n" +
 			"  fenceq bench drain --jobs 20000 --workers 10000 --job-sleep 3s --runs 1\n" +
-			"  fenceq bench idle --processes 10 --queues 100 --vs river",
+			"  fenceq bench idle --processes 10 --queues 100 --vs river\n" +
+			"  fenceq bench layout --jobs 200000 --retained 1000000 --runs 3",
 		Flags: []ucli.Flag{
-			&ucli.IntFlag{Name: "jobs", Usage: "jobs of insert, drain and fenced", DefaultText: "200000; fenced 20000"},
+			&ucli.IntFlag{Name: "jobs", Usage: "jobs of insert, drain, fenced and layout", DefaultText: "200000; fenced 20000"},
 			&ucli.DurationFlag{Name: "duration", Usage: "length of steady and latency, measured window of idle", DefaultText: "10s; idle 30s"},
 			&ucli.IntFlag{Name: "rate", Usage: "arrival rate of latency, jobs/s", DefaultText: "1000"},
 			&ucli.IntFlag{Name: "workers", Usage: "jobs each side runs at once per queue (MaxWorkers)", DefaultText: "1000; idle 1"},
@@ -56,11 +62,11 @@ func benchCommand() *ucli.Command {
 			&ucli.IntFlag{Name: "processes", Usage: "idle: workers of each side, each with its own pool of --conns", DefaultText: "10"},
 			&ucli.IntFlag{Name: "runs", Usage: "paired runs (idle, layout: rounds over the sides)", DefaultText: "5; idle and layout 3"},
 			&ucli.StringFlag{Name: "vs", Usage: "peer measured alongside: river"},
-			&ucli.IntFlag{Name: "retained", Usage: "finished jobs pre-filled before each run", DefaultText: "none"},
+			&ucli.IntFlag{Name: "retained", Usage: "finished jobs pre-filled before each run (layout: in each layout's history)", DefaultText: "none"},
 			&ucli.DurationFlag{Name: "idle-xact", Usage: "hold an idle transaction (vacuum horizon) open this long during each run", DefaultText: "none"},
 			&ucli.BoolFlag{Name: "no-ceiling", Usage: "drain and fenced: skip the bare-SQL ceiling"},
 			&ucli.BoolFlag{Name: "no-checkpoint", Usage: "do not run CHECKPOINT before each run (it needs superuser or pg_checkpoint)"},
-			&ucli.IntFlag{Name: "ceiling-claimers", Usage: "concurrent claimers of the bare-SQL ceiling", DefaultText: "2"},
+			&ucli.IntFlag{Name: "ceiling-claimers", Usage: "concurrent claimers of the bare-SQL ceiling and of layout", DefaultText: "2"},
 			&ucli.IntFlag{Name: "claim-batch", Usage: "fenceq ClaimBatchSize", DefaultText: "the engine's"},
 			&ucli.IntFlag{Name: "queues", Usage: "spread the jobs over `N` queues, each served with --workers slots", DefaultText: "1"},
 			&ucli.BoolFlag{Name: "split-workers", Usage: "drain, fenced, steady, latency: --workers is the total, split evenly over --queues"},
@@ -68,6 +74,7 @@ func benchCommand() *ucli.Command {
 			&ucli.IntFlag{Name: "args-bytes", Usage: "pad each job's args with `N` bytes that do not compress", DefaultText: "none"},
 			&ucli.BoolFlag{Name: "commit-writes", Usage: "fenced: fenceq's handler commits through Job.CommitWrites (one pipeline) instead of Job.Commit"},
 			&ucli.DurationFlag{Name: "job-sleep", Usage: "drain, fenced: each handler sleeps this long (memory per running job)", DefaultText: "none"},
+			&ucli.StringFlag{Name: "layouts", Usage: "layout: the layouts compared, comma-separated", DefaultText: strings.Join(bench.Layouts, ",")},
 			&ucli.BoolFlag{Name: "trace-sql", Usage: "after each run, print its statements by total time on stderr"},
 			&ucli.StringFlag{Name: "cpuprofile", Usage: "write a Go CPU profile of the whole bench (this process: the workers and the load) to `FILE`"},
 			&ucli.StringFlag{Name: "memprofile", Usage: "write a Go allocation profile of the whole bench to `FILE`"},
@@ -102,6 +109,7 @@ func benchCommand() *ucli.Command {
 				JobSleep:        c.Duration("job-sleep"),
 				CommitWrites:    c.Bool("commit-writes"),
 				TraceSQL:        c.Bool("trace-sql"),
+				Layouts:         splitList(c.String("layouts")),
 			}
 			if !c.Bool("quiet") {
 				cfg.Progress = stderr(c)
@@ -202,4 +210,15 @@ func benchUsage(cfg bench.Config) error {
 		return usageError{Err: fmt.Errorf("--commit-writes: only the %s workload commits in its handlers, not %s", bench.WorkloadFenced, cfg.Workload)}
 	}
 	return nil
+}
+
+// splitList splits a comma-separated flag value, dropping empty items.
+func splitList(v string) []string {
+	var out []string
+	for _, f := range strings.Split(v, ",") {
+		if f = strings.ToLower(strings.TrimSpace(f)); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
 }
