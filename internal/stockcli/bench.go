@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime/pprof"
+	"slices"
 	"strings"
 
 	ucli "github.com/urfave/cli/v2"
@@ -202,6 +203,14 @@ func benchUsage(cfg bench.Config) error {
 		if n < 0 {
 			return usageError{Err: fmt.Errorf("%s: %d must not be negative", name, n)}
 		}
+	}
+	for _, l := range cfg.Layouts {
+		if !slices.Contains(bench.Layouts, l) {
+			return usageError{Err: fmt.Errorf("--layouts: %q is not a layout: use some of %s", l, strings.Join(bench.Layouts, ","))}
+		}
+	}
+	if len(cfg.Layouts) > 0 && cfg.Workload != bench.WorkloadLayout {
+		return usageError{Err: fmt.Errorf("--layouts: only the %s workload compares layouts, not %s", bench.WorkloadLayout, cfg.Workload)}
 	}
 	if cfg.JobSleep < 0 {
 		return usageError{Err: fmt.Errorf("--job-sleep: %s must not be negative", cfg.JobSleep)}
