@@ -683,11 +683,15 @@ func TestLayoutAllLayouts(t *testing.T) {
 	if strings.Join(names, ",") != "single,split,partitioned,narrow" {
 		t.Fatalf("layouts %v", names)
 	}
-	// The split layout's hot table is empty after the drain: VACUUM truncates it.
-	sp := sideOf(t, rep, LayoutSplit).Runs[0].Metrics
-	if sp[MetricHotPagesVacuumed] >= sp[MetricHotPagesAfter] {
-		t.Errorf("split: %v hot pages after VACUUM, %v before it: the emptied hot table was not truncated",
-			sp[MetricHotPagesVacuumed], sp[MetricHotPagesAfter])
+	// The drain grows the hot tables of single (every completed row stays) and of split
+	// (dead versions until VACUUM); VACUUM shrinks none. How much VACUUM can truncate
+	// depends on the oldest snapshot on the whole server, so it is not asserted.
+	for _, name := range []string{LayoutSingle, LayoutSplit} {
+		m := sideOf(t, rep, name).Runs[0].Metrics
+		if m[MetricHotPagesAfter] <= m[MetricHotPagesBefore] || m[MetricHotPagesVacuumed] > m[MetricHotPagesAfter] {
+			t.Errorf("%s: hot pages %v before the drain, %v after, %v vacuumed", name,
+				m[MetricHotPagesBefore], m[MetricHotPagesAfter], m[MetricHotPagesVacuumed])
+		}
 	}
 	if len(rep.Ratios) != 3*len(ratioMetrics[WorkloadLayout]) || rep.Ratios[0].To != LayoutSingle || rep.Ratios[0].Of != LayoutSplit {
 		t.Errorf("ratios %+v, want each layout over single", rep.Ratios)
