@@ -21,6 +21,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -47,10 +48,12 @@ const (
 	WorkloadSteady  = "steady"
 	WorkloadLatency = "latency"
 	WorkloadFenced  = "fenced"
+	WorkloadIdle    = "idle"
+	WorkloadLayout  = "layout"
 )
 
 // Workloads lists every workload in the order the CLI documents them.
-var Workloads = []string{WorkloadInsert, WorkloadDrain, WorkloadSteady, WorkloadLatency, WorkloadFenced}
+var Workloads = []string{WorkloadInsert, WorkloadDrain, WorkloadSteady, WorkloadLatency, WorkloadFenced, WorkloadIdle, WorkloadLayout}
 
 // System names as they appear in reports.
 const (
@@ -76,11 +79,23 @@ type Config struct {
 	Duration time.Duration
 	// Rate is the arrival rate (jobs/s) of latency. Defaults to 1,000.
 	Rate int
-	// Workers is the number of jobs each side runs at once (fenceq MaxWorkers, River
-	// MaxWorkers). Defaults to 1,000.
+	// Workers is the number of jobs each side runs at once per queue (fenceq
+	// MaxWorkers, River MaxWorkers), or in all, split evenly over the queues, with
+	// SplitWorkers. Defaults to 1,000 (1 for idle).
 	Workers int
-	// Conns is the size of each side's connection pool. Defaults to 8.
+	// SplitWorkers makes Workers the total slots of drain, fenced, steady and latency,
+	// split evenly over the queues: Workers must then be a multiple of Queues.
+	SplitWorkers bool
+	// CompareQueues, for drain, alternates runs of each side on one queue with runs on
+	// this many queues, the Workers slots split evenly over them, and reports the
+	// ratio of the two. 0 measures Queues queues only.
+	CompareQueues int
+	// Conns is the size of each side's connection pool (of each process's, in idle).
+	// Defaults to 8 (2 for idle).
 	Conns int
+	// Processes is the number of workers of each side in idle, each with its own pool
+	// of Conns connections. Defaults to 10.
+	Processes int
 	// Runs is the number of paired runs. Defaults to 5.
 	Runs int
 	// Vs names the peer to run alongside fenceq: "" or "river".
@@ -121,6 +136,9 @@ type Config struct {
 	// returns, so that Workers jobs run at once: the memory figures per 1,000 running
 	// jobs come from such runs.
 	JobSleep time.Duration
+	// Layouts names the storage layouts the layout workload compares, some of Layouts.
+	// Defaults to all of them.
+	Layouts []string
 	// Progress receives a line per second during long phases; nil prints nothing.
 	Progress io.Writer
 	// TraceSQL prints to Progress, after each run, the statements of the measured phase
@@ -133,6 +151,8 @@ type Config struct {
 	// Set by withDefaults: the queues' names and the args' padding.
 	queueNames []string
 	padding    string
+	// idleWarmup is how long idle's workers run before the measured window.
+	idleWarmup time.Duration
 }
 
 // queueOf is the queue of the job with this sequence number.
@@ -142,6 +162,17 @@ func (c Config) queueOf(seq int64) string {
 	}
 	return c.queueNames[seq%int64(len(c.queueNames))]
 }
+
+// slotsPerQueue is the MaxWorkers each side gives each queue.
+func (c Config) slotsPerQueue() int {
+	if c.SplitWorkers && c.Queues > 0 {
+		return c.Workers / c.Queues
+	}
+	return c.Workers
+}
+
+// totalSlots is the jobs each side runs at once over all its queues.
+func (c Config) totalSlots() int { return c.slotsPerQueue() * max(c.Queues, 1) }
 
 // benchQueueNames names n queues: the one queue is "default", as in a system that
 // never names one.
@@ -176,6 +207,21 @@ func argsPadding(n int) string {
 }
 
 func (c Config) withDefaults() Config {
+	switch c.Workload {
+	case WorkloadIdle:
+		c.Workers = cmp.Or(c.Workers, 1)
+		c.Duration = cmp.Or(c.Duration, defaultIdleDuration)
+		c.Runs = cmp.Or(c.Runs, 3)
+		c.Conns = cmp.Or(c.Conns, defaultIdleConns)
+		c.Queues = cmp.Or(c.Queues, defaultIdleQueues)
+		c.Processes = cmp.Or(c.Processes, defaultIdleProcesses)
+		c.idleWarmup = cmp.Or(c.idleWarmup, defaultIdleWarmup)
+	case WorkloadLayout:
+		c.Runs = cmp.Or(c.Runs, 3)
+		if len(c.Layouts) == 0 {
+			c.Layouts = slices.Clone(Layouts)
+		}
+	}
 	if c.DatabaseURL == "" {
 		c.DatabaseURL = DefaultDatabaseURL
 	}
@@ -203,17 +249,27 @@ func (c Config) withDefaults() Config {
 	if c.CeilingClaimers == 0 {
 		c.CeilingClaimers = 2
 	}
+	if c.Processes == 0 {
+		c.Processes = 1
+	}
 	if c.Queues == 0 {
 		c.Queues = 1
 	}
-	if c.Queues > 0 && c.Queues <= maxQueues {
-		c.queueNames = benchQueueNames(c.Queues)
-	}
+	c = c.withQueues()
 	if c.ArgsBytes > 0 && c.ArgsBytes <= maxArgsBytes {
 		c.padding = argsPadding(c.ArgsBytes)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return c
+}
+
+// withQueues names the queues of Config.Queues.
+func (c Config) withQueues() Config {
+	c.queueNames = nil
+	if c.Queues > 0 && c.Queues <= maxQueues {
+		c.queueNames = benchQueueNames(c.Queues)
 	}
 	return c
 }
@@ -233,6 +289,22 @@ func (c Config) validate() error {
 	}
 	if c.Duration <= 0 {
 		return fmt.Errorf("bench: duration: %s must be positive", c.Duration)
+	}
+	if err := c.validateSlots(); err != nil {
+		return err
+	}
+	if c.Workload == WorkloadLayout {
+		if err := c.validateLayouts(); err != nil {
+			return err
+		}
+	}
+	if c.Workload == WorkloadIdle {
+		if c.Queues < 2 {
+			return fmt.Errorf("bench: idle: --queues %d: idle compares 1 queue with --queues queues, which must be at least 2", c.Queues)
+		}
+		if c.Processes < 1 || c.Processes > maxIdleProcesses {
+			return fmt.Errorf("bench: idle: --processes %d must be between 1 and %d", c.Processes, maxIdleProcesses)
+		}
 	}
 	if c.Retained < 0 {
 		return fmt.Errorf("bench: retained: %d must not be negative", c.Retained)
@@ -258,6 +330,43 @@ func (c Config) validate() error {
 	return nil
 }
 
+// validateSlots checks --split-workers and --compare-queues against --workers and
+// --queues.
+func (c Config) validateSlots() error {
+	if c.CompareQueues < 0 {
+		return fmt.Errorf("bench: --compare-queues: %d must not be negative", c.CompareQueues)
+	}
+	if c.CompareQueues > 0 {
+		if c.Workload != WorkloadDrain {
+			return fmt.Errorf("bench: --compare-queues: only the %s workload compares queues, not %s", WorkloadDrain, c.Workload)
+		}
+		if c.Queues > 1 {
+			return fmt.Errorf("bench: --compare-queues %d with --queues %d: the comparison sets the queues itself (1 and %d)",
+				c.CompareQueues, c.Queues, c.CompareQueues)
+		}
+		if c.CompareQueues < 2 || c.CompareQueues > maxQueues {
+			return fmt.Errorf("bench: --compare-queues: %d must be between 2 and %d", c.CompareQueues, maxQueues)
+		}
+		if c.Workers < c.CompareQueues || c.Workers%c.CompareQueues != 0 {
+			return fmt.Errorf("bench: --workers %d is split over --compare-queues %d queues: it must be a multiple of it (at least %d)",
+				c.Workers, c.CompareQueues, c.CompareQueues)
+		}
+	}
+	if !c.SplitWorkers {
+		return nil
+	}
+	switch c.Workload {
+	case WorkloadDrain, WorkloadFenced, WorkloadSteady, WorkloadLatency:
+	default:
+		return fmt.Errorf("bench: --split-workers: the %s workload runs no workers to split", c.Workload)
+	}
+	if c.Workers < c.Queues || c.Workers%c.Queues != 0 {
+		return fmt.Errorf("bench: --workers %d with --split-workers is split evenly over --queues %d: it must be a multiple of --queues (at least %d)",
+			c.Workers, c.Queues, c.Queues)
+	}
+	return nil
+}
+
 // Limits of Config: a pool larger than the server allows fails at the start of the
 // run instead (see checkConnections).
 const (
@@ -273,29 +382,37 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	systems := []system{newFenceqSystem(cfg)}
-	if cfg.Vs == SystemRiver {
-		systems = append(systems, newRiverSystem(cfg))
+	sides := sidesOf(cfg)
+	systems := make([]system, len(sides))
+	for i, sd := range sides {
+		systems[i] = sd.sys
 	}
-	if cfg.Ceiling && (cfg.Workload == WorkloadDrain || cfg.Workload == WorkloadFenced) && cfg.Queues == 1 && cfg.JobSleep == 0 {
-		systems = append(systems, newCeilingSystem(cfg))
+	switch cfg.Workload {
+	case WorkloadIdle:
+		return runIdle(ctx, cfg)
+	case WorkloadLayout:
+		return runLayout(ctx, cfg)
 	}
 	rep, err := newReport(ctx, cfg, systems)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.CompareQueues > 0 {
+		rep.ratioPairs = compareQueuesPairs(cfg)
 	}
 	if err := checkConnections(ctx, cfg); err != nil {
 		return nil, err
 	}
 	ran := 0
 	for i := 0; i < cfg.Runs; i++ {
-		order := slices.Clone(systems)
+		order := slices.Clone(sides)
 		if i%2 == 1 {
 			slices.Reverse(order)
 		}
-		for _, s := range order {
+		for _, sd := range order {
+			s := sd.sys
 			progressf(cfg.Progress, "run %d/%d: %s %s…\n", i+1, cfg.Runs, s.name(), cfg.Workload)
-			r, err := runOnce(ctx, cfg, s, i+1)
+			r, err := runOnce(ctx, sd.cfg, s, i+1)
 			if err != nil {
 				return rep, fmt.Errorf("run %d of %s: %w", i+1, s.name(), err)
 			}
@@ -308,6 +425,70 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	rep.finish(ctx, cfg)
 	return rep, nil
 }
+
+// side is one system measured by Run with the configuration of its runs.
+type side struct {
+	sys system
+	cfg Config
+}
+
+// sidesOf lists the sides of a benchmark in report order. With CompareQueues each
+// system is measured twice, on one queue and on CompareQueues queues (the slots split
+// over them), under the names of compareQueuesName.
+func sidesOf(cfg Config) []side {
+	if cfg.CompareQueues > 0 {
+		one := cfg
+		one.Queues, one.SplitWorkers = 1, true
+		one = one.withQueues()
+		many := cfg
+		many.Queues, many.SplitWorkers = cfg.CompareQueues, true
+		many = many.withQueues()
+		var out []side
+		for _, c := range []Config{one, many} {
+			out = append(out, side{sys: renamed{newFenceqSystem(c), compareQueuesName(SystemFenceq, c.Queues)}, cfg: c})
+		}
+		if cfg.Vs == SystemRiver {
+			for _, c := range []Config{one, many} {
+				out = append(out, side{sys: renamed{newRiverSystem(c), compareQueuesName(SystemRiver, c.Queues)}, cfg: c})
+			}
+		}
+		return out
+	}
+	out := []side{{sys: newFenceqSystem(cfg), cfg: cfg}}
+	if cfg.Vs == SystemRiver {
+		out = append(out, side{sys: newRiverSystem(cfg), cfg: cfg})
+	}
+	if cfg.Ceiling && (cfg.Workload == WorkloadDrain || cfg.Workload == WorkloadFenced) && cfg.Queues == 1 && cfg.JobSleep == 0 {
+		out = append(out, side{sys: newCeilingSystem(cfg), cfg: cfg})
+	}
+	return out
+}
+
+// compareQueuesName names a system's side of --compare-queues: "fenceq/1q",
+// "fenceq/1000q".
+func compareQueuesName(sys string, queues int) string { return fmt.Sprintf("%s/%dq", sys, queues) }
+
+// compareQueuesPairs are the ratios of --compare-queues: each system's N queues over
+// its one queue, then fenceq over River on each.
+func compareQueuesPairs(cfg Config) [][2]string {
+	n := cfg.CompareQueues
+	pairs := [][2]string{{compareQueuesName(SystemFenceq, n), compareQueuesName(SystemFenceq, 1)}}
+	if cfg.Vs == SystemRiver {
+		pairs = append(pairs,
+			[2]string{compareQueuesName(SystemRiver, n), compareQueuesName(SystemRiver, 1)},
+			[2]string{compareQueuesName(SystemFenceq, 1), compareQueuesName(SystemRiver, 1)},
+			[2]string{compareQueuesName(SystemFenceq, n), compareQueuesName(SystemRiver, n)})
+	}
+	return pairs
+}
+
+// renamed is a system reported under another name.
+type renamed struct {
+	system
+	label string
+}
+
+func (r renamed) name() string { return r.label }
 
 // env is what one run of one side works with: its own schema, a pool of cfg.Conns
 // connections for the system and an admin connection for setup and statistics.
@@ -324,7 +505,12 @@ func newEnv(ctx context.Context, cfg Config, sys string) (*env, error) {
 	var b [5]byte
 	_, _ = rand.Read(b[:])
 	schema := "fq_bench_" + sys + "_" + hex.EncodeToString(b[:])
-	schema = strings.ReplaceAll(schema, "-", "_")
+	schema = strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
+			return r
+		}
+		return '_'
+	}, strings.ToLower(schema))
 	boot, err := pgx.Connect(ctx, cfg.DatabaseURL)
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", redact.URL(cfg.DatabaseURL), err)
@@ -398,6 +584,12 @@ const connsBesidesPool = 3
 // checkConnections fails when the server cannot give a run its pool: the pool would
 // otherwise wait for connections that never come, and the figures would measure that.
 func checkConnections(ctx context.Context, cfg Config) error {
+	return checkFreeConnections(ctx, cfg, cfg.Conns+connsBesidesPool, fmt.Sprintf("conns: %d", cfg.Conns))
+}
+
+// checkFreeConnections fails when the server has fewer than need connections free for
+// what (the settings that need them, named in the error).
+func checkFreeConnections(ctx context.Context, cfg Config, need int, what string) error {
 	c, err := pgx.Connect(ctx, cfg.DatabaseURL)
 	if err != nil {
 		return fmt.Errorf("connect to %s: %w", redact.URL(cfg.DatabaseURL), err)
@@ -408,9 +600,9 @@ func checkConnections(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("read connection limits: %w", err)
 	}
 	free := maxConn - reserved - inUse
-	if need := cfg.Conns + connsBesidesPool; need > free {
-		return fmt.Errorf("bench: conns: %d needs %d connections, but the server has %d free "+
-			"(max_connections %d, %d reserved, %d in use)", cfg.Conns, need, free, maxConn, reserved, inUse)
+	if need > free {
+		return fmt.Errorf("bench: %s needs %d connections, but the server has %d free "+
+			"(max_connections %d, %d reserved, %d in use)", what, need, free, maxConn, reserved, inUse)
 	}
 	return nil
 }

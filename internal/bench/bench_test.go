@@ -464,3 +464,262 @@ func TestQueueNamesAndPadding(t *testing.T) {
 			len(p), p == argsPadding(1000), strings.Trim(p, padAlphabet))
 	}
 }
+
+// With SplitWorkers, Workers is the total: each queue of each side gets its share.
+func TestSplitWorkersOverQueues(t *testing.T) {
+	t.Parallel()
+	cfg := tiny(t, WorkloadDrain)
+	cfg.Vs, cfg.Jobs, cfg.Queues, cfg.Workers, cfg.SplitWorkers = SystemRiver, 400, 4, 8, true
+	rep := run(t, cfg)
+	assertFigures(t, rep, 1)
+	if rep.Settings.Workers != 2 || !strings.Contains(rep.settingsLine(), "4 queues of 2 workers (8 split over them)") {
+		t.Errorf("settings %+v, line %q: want 4 queues of 2 workers", rep.Settings, rep.settingsLine())
+	}
+	for _, s := range rep.Systems {
+		if !strings.Contains(s.Config, "MaxWorkers=2") {
+			t.Errorf("%s: configuration %q does not give each queue 2 workers", s.Name, s.Config)
+		}
+		m := s.Runs[0].Metrics
+		if m[MetricJobs] != 400 {
+			t.Errorf("%s: %v jobs, want 400", s.Name, m[MetricJobs])
+		}
+		if p := m[MetricPeakRunning]; p > 8 {
+			t.Errorf("%s: %v jobs ran at once, more than the 8 slots in all", s.Name, p)
+		}
+	}
+}
+
+// CompareQueues measures each side on one queue and on N queues in one invocation
+// and divides their medians.
+func TestCompareQueues(t *testing.T) {
+	t.Parallel()
+	cfg := tiny(t, WorkloadDrain)
+	cfg.Vs, cfg.Jobs, cfg.Workers, cfg.CompareQueues = SystemRiver, 300, 8, 4
+	rep := run(t, cfg)
+	assertFigures(t, rep, 1)
+	var names []string
+	for _, s := range rep.Systems {
+		names = append(names, s.Name)
+		if got := s.Runs[0].Metrics[MetricJobs]; got != 300 {
+			t.Errorf("%s: %v jobs, want 300", s.Name, got)
+		}
+	}
+	if strings.Join(names, ",") != "fenceq/1q,fenceq/4q,river/1q,river/4q" {
+		t.Fatalf("sides %v, want fenceq and river on 1 and 4 queues", names)
+	}
+	if !strings.Contains(sideOf(t, rep, "fenceq/1q").Config, "queue default MaxWorkers=8") ||
+		!strings.Contains(sideOf(t, rep, "river/4q").Config, "4 queues (jobs round robin), each MaxWorkers=2") {
+		t.Errorf("configurations do not split the 8 slots: %q, %q", sideOf(t, rep, "fenceq/1q").Config, sideOf(t, rep, "river/4q").Config)
+	}
+	if len(rep.Ratios) != 4 {
+		t.Fatalf("ratios %+v, want 4q/1q of each side and fenceq/river on each", rep.Ratios)
+	}
+	q := rep.Ratios[0]
+	want := sideOf(t, rep, "fenceq/4q").Summary[MetricJobsPerSec].Median / sideOf(t, rep, "fenceq/1q").Summary[MetricJobsPerSec].Median
+	if q.Of != "fenceq/4q" || q.To != "fenceq/1q" || q.Value != want || q.Value <= 0 {
+		t.Errorf("first ratio %+v, want fenceq/4q over fenceq/1q = %v", q, want)
+	}
+}
+
+func TestSlotErrorsNameTheFlags(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		cfg  Config
+		want []string
+	}{
+		{Config{Workload: WorkloadDrain, Workers: 10, Queues: 3, SplitWorkers: true}, []string{"--workers 10", "--queues 3", "multiple"}},
+		{Config{Workload: WorkloadDrain, Workers: 2, Queues: 4, SplitWorkers: true}, []string{"--workers 2", "--queues 4"}},
+		{Config{Workload: WorkloadInsert, SplitWorkers: true}, []string{"--split-workers", "insert"}},
+		{Config{Workload: WorkloadDrain, Workers: 10, CompareQueues: 3}, []string{"--workers 10", "--compare-queues 3"}},
+		{Config{Workload: WorkloadFenced, CompareQueues: 10}, []string{"--compare-queues", "fenced"}},
+		{Config{Workload: WorkloadDrain, Queues: 5, CompareQueues: 10}, []string{"--compare-queues 10", "--queues 5"}},
+	} {
+		_, err := Run(context.Background(), tc.cfg)
+		for _, w := range tc.want {
+			if err == nil || !strings.Contains(err.Error(), w) {
+				t.Errorf("config %+v: error %v, want one naming %q", tc.cfg, err, w)
+			}
+		}
+	}
+}
+
+// idle measures each side on 1 queue and on N in a database of its own, which it
+// drops at the end.
+func TestIdleMeasuresOwnDatabase(t *testing.T) {
+	t.Parallel()
+	cfg := Config{
+		Workload:    WorkloadIdle,
+		DatabaseURL: fenceqtest.RequireServerURL(t),
+		Vs:          SystemRiver,
+		Processes:   2,
+		Queues:      3,
+		Runs:        1,
+		Duration:    2 * time.Second,
+		idleWarmup:  time.Second,
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, s := range rep.Systems {
+		names = append(names, s.Name)
+		m := s.Runs[0].Metrics
+		// Every worker polls each of its queues and keeps its leases and presence
+		// fresh: with nothing to do it still sends statements and commits.
+		for _, k := range []string{MetricXactPerSec, MetricStmtsPerSec, MetricClaimsPerSec} {
+			if m[k] <= 0 {
+				t.Errorf("%s: %s = %v, want > 0", s.Name, k, m[k])
+			}
+		}
+		if m[MetricSeconds] < 2 {
+			t.Errorf("%s: measured %vs, want at least the 2s asked", s.Name, m[MetricSeconds])
+		}
+		if !strings.HasPrefix(s.Runs[0].Schema, idleDatabasePrefix) {
+			t.Errorf("%s: run recorded database %q", s.Name, s.Runs[0].Schema)
+		}
+	}
+	if strings.Join(names, ",") != "fenceq/1q,fenceq/3q,river/1q,river/3q" {
+		t.Fatalf("sides %v", names)
+	}
+	if len(rep.Ratios) != 12 || rep.Ratios[0].Of != "fenceq/3q" || rep.Ratios[0].To != "fenceq/1q" || rep.Ratios[0].Value <= 0 {
+		t.Errorf("ratios %+v, want 3q/1q of each side and fenceq/river on each, for 3 metrics", rep.Ratios)
+	}
+	var text bytes.Buffer
+	if err := rep.WriteText(&text); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"2 processes, each with a pool of 2 conns, serving 1 queue against 3 queues of 1 workers", "xact_per_sec", "fenceq/3q/fenceq/1q"} {
+		if !strings.Contains(text.String(), want) {
+			t.Errorf("text report lacks %q:\n%s", want, text.String())
+		}
+	}
+	c, err := pgx.Connect(ctx, cfg.DatabaseURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	var n int
+	if err := c.QueryRow(ctx, `SELECT count(*) FROM pg_database WHERE datname = $1`, rep.Systems[0].Runs[0].Schema).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Errorf("database %s was not dropped", rep.Systems[0].Runs[0].Schema)
+	}
+}
+
+// A role that may not create databases gets an error naming the privilege. Not
+// parallel: the idle run of TestIdleMeasuresOwnDatabase uses the same database name.
+func TestIdleNeedsCreatedb(t *testing.T) {
+	url := fenceqtest.RequireServerURL(t)
+	ctx := context.Background()
+	c, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	role := fmt.Sprintf("fq_bench_nocreatedb_%d", time.Now().UnixNano())
+	if _, err := c.Exec(ctx, "CREATE ROLE "+role+" LOGIN NOCREATEDB"); err != nil {
+		t.Skipf("cannot create a role to test with: %v", err)
+	}
+	defer func() { _, _ = c.Exec(ctx, "DROP ROLE "+role) }()
+	pc, err := pgx.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roleURL := fmt.Sprintf("host=%s port=%d dbname=%s user=%s sslmode=disable", pc.Host, pc.Port, pc.Database, role)
+	_, err = Run(ctx, Config{Workload: WorkloadIdle, DatabaseURL: roleURL, Runs: 1})
+	if err == nil || !strings.Contains(err.Error(), "CREATEDB") {
+		t.Fatalf("idle as a role without CREATEDB: error %v, want one naming the privilege", err)
+	}
+}
+
+// Every layout drains its jobs exactly once (layoutOnce verifies it) and reports the
+// figures of each: blocks per claim and per job, WAL, vacuum work and hot pages.
+func TestLayoutAllLayouts(t *testing.T) {
+	t.Parallel()
+	cfg := Config{
+		Workload:    WorkloadLayout,
+		DatabaseURL: fenceqtest.RequireServerURL(t),
+		Jobs:        3000,
+		Retained:    2000,
+		Runs:        1,
+		Checkpoint:  true,
+	}
+	rep := run(t, cfg)
+	var names []string
+	for _, s := range rep.Systems {
+		names = append(names, s.Name)
+		if s.Config == "" {
+			t.Errorf("%s: not described", s.Name)
+		}
+		m := s.Runs[0].Metrics
+		if m[MetricJobs] != 3000 {
+			t.Errorf("%s: %v jobs, want 3000", s.Name, m[MetricJobs])
+		}
+		// 3,000 jobs in claims of at most 1,000.
+		if m[MetricClaims] < 3 {
+			t.Errorf("%s: %v claims for 3000 jobs, want at least 3", s.Name, m[MetricClaims])
+		}
+		for _, k := range []string{MetricJobsPerSec, MetricWALPerJob, MetricHeapBlksPerClaim, MetricIdxBlksPerClaim,
+			MetricHeapBlksPerJob, MetricIdxBlksPerJob, MetricExplainBlksPerClaim, MetricHotPagesBefore, MetricHotPagesAfter} {
+			if m[k] <= 0 {
+				t.Errorf("%s: %s = %v, want > 0", s.Name, k, m[k])
+			}
+		}
+		if _, ok := m[MetricVacuumMs]; !ok {
+			t.Errorf("%s: no %s", s.Name, MetricVacuumMs)
+		}
+		// Each job's completion leaves at least one dead row version behind (the claimed
+		// version, or the deleted hot row), until VACUUM.
+		if m[MetricDeadTuples] < 3000 {
+			t.Errorf("%s: %v dead tuples after draining 3000 jobs", s.Name, m[MetricDeadTuples])
+		}
+		if m[MetricHeapBlksPerClaim] < m[MetricHeapBlksPerJob] {
+			t.Errorf("%s: %v heap blocks per claim, fewer than the %v per job", s.Name, m[MetricHeapBlksPerClaim], m[MetricHeapBlksPerJob])
+		}
+	}
+	if strings.Join(names, ",") != "single,split,partitioned,narrow" {
+		t.Fatalf("layouts %v", names)
+	}
+	// The drain grows the hot tables of single (every completed row stays) and of split
+	// (dead versions until VACUUM); VACUUM shrinks none. How much VACUUM can truncate
+	// depends on the oldest snapshot on the whole server, so it is not asserted.
+	for _, name := range []string{LayoutSingle, LayoutSplit} {
+		m := sideOf(t, rep, name).Runs[0].Metrics
+		if m[MetricHotPagesAfter] <= m[MetricHotPagesBefore] || m[MetricHotPagesVacuumed] > m[MetricHotPagesAfter] {
+			t.Errorf("%s: hot pages %v before the drain, %v after, %v vacuumed", name,
+				m[MetricHotPagesBefore], m[MetricHotPagesAfter], m[MetricHotPagesVacuumed])
+		}
+	}
+	if len(rep.Ratios) != 3*len(ratioMetrics[WorkloadLayout]) || rep.Ratios[0].To != LayoutSingle || rep.Ratios[0].Of != LayoutSplit {
+		t.Errorf("ratios %+v, want each layout over single", rep.Ratios)
+	}
+	var text bytes.Buffer
+	if err := rep.WriteText(&text); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"3000 jobs drained by 2 claimers", "2000 finished jobs retained", "idx_blks_per_claim", "split/single"} {
+		if !strings.Contains(text.String(), want) {
+			t.Errorf("text report lacks %q:\n%s", want, text.String())
+		}
+	}
+}
+
+func TestLayoutErrorsNameTheFlag(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		layouts []string
+		want    string
+	}{
+		{[]string{"single", "heap"}, `--layouts: "heap" is not a layout`},
+		{[]string{"split", "split"}, `--layouts: "split" named twice`},
+	} {
+		_, err := Run(context.Background(), Config{Workload: WorkloadLayout, Layouts: tc.layouts})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("layouts %v: error %v, want %q", tc.layouts, err, tc.want)
+		}
+	}
+}

@@ -33,7 +33,7 @@ func (s *fenceqSystem) jobTable() string { return "fenceq_jobs_hot" }
 func (s *fenceqSystem) workerConfig(hs *fenceq.Handlers, hooks ...fenceq.Hook) fenceq.Config {
 	queues := make(map[string]fenceq.QueueConfig, len(s.cfg.queueNames))
 	for _, q := range s.cfg.queueNames {
-		queues[q] = fenceq.QueueConfig{MaxWorkers: s.cfg.Workers}
+		queues[q] = fenceq.QueueConfig{MaxWorkers: s.cfg.slotsPerQueue()}
 	}
 	return fenceq.Config{
 		Handlers:       hs,
@@ -48,7 +48,7 @@ func (s *fenceqSystem) describe() string {
 	c := s.effectiveConfig()
 	var b strings.Builder
 	fmt.Fprintf(&b, "fenceq worker, %s MaxWorkers=%d, ClaimBatchSize=%d, CompleteBatchSize=%d, ",
-		queuesPhrase(s.cfg), s.cfg.Workers, c.ClaimBatchSize, c.CompleteBatchSize)
+		queuesPhrase(s.cfg), s.cfg.slotsPerQueue(), c.ClaimBatchSize, c.CompleteBatchSize)
 	fmt.Fprintf(&b, "LeaseDuration=%s, HeartbeatInterval=%s, PollInterval=%s, LISTEN/NOTIFY on; ",
 		c.LeaseDuration, c.HeartbeatInterval, c.PollInterval)
 	commit := "Job.Commit"

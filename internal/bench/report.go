@@ -59,14 +59,37 @@ const (
 	// the most jobs were running, per 1,000 of them (MiB).
 	MetricRSSPer1kRunning   = "rss_mb_per_1k_running"
 	MetricGoMemPer1kRunning = "go_mb_per_1k_running"
+	// idle: transactions of the workload's own database per second
+	// (pg_stat_database.xact_commit + xact_rollback), the statements the workers sent
+	// per second, and among them the claims.
+	MetricXactPerSec   = "xact_per_sec"
+	MetricStmtsPerSec  = "statements_per_sec"
+	MetricClaimsPerSec = "claims_per_sec"
 )
 
 var workloadMetrics = map[string][]string{
-	WorkloadInsert:  {MetricCopyPerSec, MetricSinglePerSec},
-	WorkloadDrain:   {MetricJobsPerSec},
-	WorkloadFenced:  {MetricJobsPerSec},
-	WorkloadSteady:  {MetricJobsPerSec, MetricInsertedPerSec},
+	WorkloadInsert: {MetricCopyPerSec, MetricSinglePerSec},
+	WorkloadDrain:  {MetricJobsPerSec},
+	WorkloadFenced: {MetricJobsPerSec},
+	WorkloadSteady: {MetricJobsPerSec, MetricInsertedPerSec},
+	WorkloadIdle:   {MetricXactPerSec, MetricStmtsPerSec, MetricClaimsPerSec},
+	WorkloadLayout: {MetricJobsPerSec, MetricWALPerJob, MetricHeapBlksPerClaim, MetricIdxBlksPerClaim,
+		MetricHeapBlksPerJob, MetricIdxBlksPerJob, MetricExplainBlksPerClaim, MetricDeadTuples, MetricVacuumMs,
+		MetricHotPagesBefore, MetricHotPagesAfter, MetricHotPagesVacuumed},
 	WorkloadLatency: {MetricP50, MetricP95, MetricP99, MetricMeanMs, MetricMaxMs, MetricPickupP50, MetricPickupP99, MetricArrivalRate},
+}
+
+// ownMetrics are the figures of the idle and layout workloads besides their headline
+// ones; they report none of the other workloads' per-job statistics.
+var ownMetrics = map[string][]string{
+	WorkloadIdle:   {MetricSeconds},
+	WorkloadLayout: {MetricClaims, MetricJobs, MetricSeconds},
+}
+
+// ratioMetrics are the metrics whose medians a workload's ratios divide, where they
+// are not its workloadMetrics.
+var ratioMetrics = map[string][]string{
+	WorkloadLayout: {MetricJobsPerSec, MetricWALPerJob, MetricHeapBlksPerJob, MetricIdxBlksPerJob},
 }
 
 var (
@@ -88,6 +111,10 @@ func Metrics(workload string) []string {
 // metricsOf returns the metrics of a workload in the report's order, with
 // memoryMetrics where the workload has them and withMemory is set.
 func metricsOf(workload string, withMemory bool) []string {
+	switch workload {
+	case WorkloadIdle, WorkloadLayout:
+		return append(slices.Clone(workloadMetrics[workload]), ownMetrics[workload]...)
+	}
 	out := append(slices.Clone(workloadMetrics[workload]), processMetrics...)
 	if workload == WorkloadDrain || workload == WorkloadFenced {
 		out = append(out, runningMetrics...)
@@ -173,6 +200,10 @@ type Settings struct {
 	Checkpoint      bool   `json:"checkpoint_before_each_run"`
 	CeilingClaimers int    `json:"ceiling_claimers,omitempty"`
 	Queues          int    `json:"queues"`
+	SplitWorkers    bool   `json:"split_workers,omitempty"`
+	CompareQueues   int    `json:"compare_queues,omitempty"`
+	Processes       int    `json:"processes,omitempty"`
+	Warmup          string `json:"warmup,omitempty"`
 	ArgsBytes       int    `json:"args_bytes,omitempty"`
 	JobSleep        string `json:"job_sleep,omitempty"`
 	CommitWrites    bool   `json:"commit_writes,omitempty"`
@@ -199,11 +230,30 @@ type Report struct {
 	Conditions Conditions      `json:"conditions"`
 	Systems    []*SystemReport `json:"systems"`
 	Ratios     []Ratio         `json:"ratios"`
+
+	// ratioPairs, when set, are the (of, to) sides whose medians the ratios divide;
+	// otherwise each side after the first is divided into the first.
+	ratioPairs [][2]string
 }
 
 func newReport(ctx context.Context, cfg Config, systems []system) (*Report, error) {
+	r, err := newBaseReport(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range systems {
+		if s.name() == SystemCeiling {
+			r.Settings.CeilingClaimers = cfg.CeilingClaimers
+		}
+		r.Systems = append(r.Systems, &SystemReport{Name: s.name(), Config: s.describe()})
+	}
+	return r, nil
+}
+
+// newBaseReport is a report of cfg with its settings and conditions and no sides yet.
+func newBaseReport(ctx context.Context, cfg Config) (*Report, error) {
 	r := &Report{Workload: cfg.Workload, Settings: Settings{
-		Workers: cfg.Workers, Conns: cfg.Conns, Runs: cfg.Runs, Retained: cfg.Retained, Checkpoint: cfg.Checkpoint,
+		Workers: cfg.slotsPerQueue(), SplitWorkers: cfg.SplitWorkers, CompareQueues: cfg.CompareQueues, Conns: cfg.Conns, Runs: cfg.Runs, Retained: cfg.Retained, Checkpoint: cfg.Checkpoint,
 		Queues: cfg.Queues, ArgsBytes: cfg.ArgsBytes, CommitWrites: cfg.CommitWrites && cfg.Workload == WorkloadFenced,
 	}}
 	if cfg.JobSleep > 0 {
@@ -220,11 +270,14 @@ func newReport(ctx context.Context, cfg Config, systems []system) (*Report, erro
 	if cfg.IdleXact > 0 {
 		r.Settings.IdleXact = cfg.IdleXact.String()
 	}
-	for _, s := range systems {
-		if s.name() == SystemCeiling {
-			r.Settings.CeilingClaimers = cfg.CeilingClaimers
-		}
-		r.Systems = append(r.Systems, &SystemReport{Name: s.name(), Config: s.describe()})
+	switch cfg.Workload {
+	case WorkloadIdle:
+		r.Settings.Jobs, r.Settings.Retained, r.Settings.Checkpoint = 0, 0, false
+		r.Settings.Processes, r.Settings.Duration = cfg.Processes, cfg.Duration.String()
+		r.Settings.Warmup = cfg.idleWarmup.String()
+	case WorkloadLayout:
+		r.Settings.Workers, r.Settings.Queues, r.Settings.Conns = 0, 0, 0
+		r.Settings.CeilingClaimers = cfg.CeilingClaimers
 	}
 	c, err := pgx.Connect(ctx, cfg.DatabaseURL)
 	if err != nil {
@@ -267,18 +320,54 @@ func (r *Report) finish(context.Context, Config) {
 			}
 		}
 	}
+	if r.ratioPairs != nil {
+		for _, p := range r.ratioPairs {
+			of, to := r.system(p[0]), r.system(p[1])
+			if of == nil || to == nil {
+				continue
+			}
+			for _, m := range r.ratioMetrics() {
+				if b := to.Summary[m].Median; b != 0 {
+					r.Ratios = append(r.Ratios, Ratio{Metric: m, Of: of.Name, To: to.Name, Value: of.Summary[m].Median / b})
+				}
+			}
+		}
+		return
+	}
 	if len(r.Systems) < 2 {
 		return
 	}
 	base := r.Systems[0]
 	for _, other := range r.Systems[1:] {
-		for _, m := range workloadMetrics[r.Workload] {
-			a, b := base.Summary[m], other.Summary[m]
-			if b.Median != 0 {
-				r.Ratios = append(r.Ratios, Ratio{Metric: m, Of: base.Name, To: other.Name, Value: a.Median / b.Median})
+		// fenceq over its peers; each layout over the first (single).
+		of, to := base, other
+		if r.Workload == WorkloadLayout {
+			of, to = other, base
+		}
+		for _, m := range r.ratioMetrics() {
+			if b := to.Summary[m].Median; b != 0 {
+				r.Ratios = append(r.Ratios, Ratio{Metric: m, Of: of.Name, To: to.Name, Value: of.Summary[m].Median / b})
 			}
 		}
 	}
+}
+
+// ratioMetrics are the metrics the report's ratios divide.
+func (r *Report) ratioMetrics() []string {
+	if ms, ok := ratioMetrics[r.Workload]; ok {
+		return ms
+	}
+	return workloadMetrics[r.Workload]
+}
+
+// system returns the side with this name, nil when there is none.
+func (r *Report) system(name string) *SystemReport {
+	for _, s := range r.Systems {
+		if s.Name == name {
+			return s
+		}
+	}
+	return nil
 }
 
 // WriteJSON writes the report as indented JSON.
@@ -331,6 +420,19 @@ func (r *Report) WriteText(w io.Writer) error {
 
 func (r *Report) settingsLine() string {
 	s := r.Settings
+	switch r.Workload {
+	case WorkloadIdle:
+		return fmt.Sprintf("%d processes, each with a pool of %d conns, serving 1 queue against %d queues of %d workers, "+
+			"no jobs; %s measured after a %s warm-up; %d runs, the sides in rotating order",
+			s.Processes, s.Conns, s.Queues, s.Workers, s.Duration, s.Warmup, s.Runs)
+	case WorkloadLayout:
+		line := fmt.Sprintf("%d jobs drained by %d claimers (LIMIT %d, then one batched fenced completion), "+
+			"%d finished jobs retained; %d runs, the layouts in rotating order", s.Jobs, s.CeilingClaimers, ceilingBatch, s.Retained, s.Runs)
+		if s.Checkpoint {
+			line += ", CHECKPOINT before each run"
+		}
+		return line
+	}
 	var parts []string
 	if s.Jobs > 0 {
 		parts = append(parts, fmt.Sprintf("%d jobs", s.Jobs))
@@ -341,9 +443,15 @@ func (r *Report) settingsLine() string {
 	if s.Rate > 0 {
 		parts = append(parts, fmt.Sprintf("at %d jobs/s", s.Rate))
 	}
-	if s.Queues > 1 {
+	switch {
+	case s.CompareQueues > 0:
+		parts = append(parts, fmt.Sprintf("%d workers on 1 queue against %d queues of %d workers",
+			s.Workers, s.CompareQueues, s.Workers/s.CompareQueues))
+	case s.Queues > 1 && s.SplitWorkers:
+		parts = append(parts, fmt.Sprintf("%d queues of %d workers (%d split over them)", s.Queues, s.Workers, s.Workers*s.Queues))
+	case s.Queues > 1:
 		parts = append(parts, fmt.Sprintf("%d queues of %d workers", s.Queues, s.Workers))
-	} else {
+	case s.Workers > 0:
 		parts = append(parts, fmt.Sprintf("%d workers", s.Workers))
 	}
 	parts = append(parts, fmt.Sprintf("%d conns per side", s.Conns), fmt.Sprintf("%d runs alternating", s.Runs))

@@ -100,7 +100,7 @@ func (s *riverSystem) describe() string {
 	return fmt.Sprintf("River %s client (riverpgxv5), %s MaxWorkers=%d, FetchCooldown=%s, "+
 		"FetchPollInterval=%s (the settings of River's own benchmark), other settings default; "+
 		"pool of %d conns; inserts via InsertManyFast (COPY) and Insert; fenced jobs via JobCompleteTx",
-		RiverVersion, queuesPhrase(s.cfg), s.cfg.Workers, riverFetchCooldown, riverFetchPollInterval, s.cfg.Conns)
+		RiverVersion, queuesPhrase(s.cfg), s.cfg.slotsPerQueue(), riverFetchCooldown, riverFetchPollInterval, s.cfg.Conns)
 }
 
 func (s *riverSystem) setup(ctx context.Context, e *env) error {
@@ -187,7 +187,7 @@ func (s *riverSystem) start(ctx context.Context, e *env, h hooks) (func(context.
 	river.AddWorker(workers, &riverFencedWorker{h: h, sleep: s.cfg.JobSleep, pool: e.pool})
 	queues := make(map[string]river.QueueConfig, len(s.cfg.queueNames))
 	for _, q := range s.cfg.queueNames {
-		queues[q] = river.QueueConfig{MaxWorkers: s.cfg.Workers}
+		queues[q] = river.QueueConfig{MaxWorkers: s.cfg.slotsPerQueue()}
 	}
 	c, err := river.NewClient(riverpgxv5.New(e.pool), &river.Config{
 		FetchCooldown:     riverFetchCooldown,

@@ -115,3 +115,7 @@ const sqlCheckpoint = `CHECKPOINT`
 // use now (this one included).
 const sqlConnectionLimits = `SELECT current_setting('max_connections')::int,
     current_setting('superuser_reserved_connections')::int, (SELECT count(*) FROM pg_stat_activity)::int`
+
+// Transactions of the database named $1, committed and rolled back.
+const sqlDatabaseXacts = `
+SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = $1`

@@ -338,7 +338,7 @@ func measureDrain(ctx context.Context, e *env, s system) (measured, error) {
 		mem.end(map[string]float64{})
 		return measured{}, fmt.Errorf("start %s: %w", s.name(), err)
 	}
-	werr := c.waitFor(ctx, e, s.name(), n, drainLimit(e.cfg.Jobs)+time.Duration(n/int64(e.cfg.Workers*e.cfg.Queues)+1)*e.cfg.JobSleep)
+	werr := c.waitFor(ctx, e, s.name(), n, drainLimit(e.cfg.Jobs)+time.Duration(n/int64(e.cfg.totalSlots())+1)*e.cfg.JobSleep)
 	elapsed := time.Duration(c.last.Load()) - t0
 	m := map[string]float64{}
 	mem.end(m)

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime/pprof"
+	"slices"
 	"strings"
 
 	ucli "github.com/urfave/cli/v2"
@@ -28,6 +29,15 @@ func benchCommand() *ucli.Command {
 			"  fenced   each job commits a result row + an outbox row + its completion in one\n" +
 			"           transaction (fenceq Job.Commit vs River JobCompleteTx), jobs/s (with the\n" +
 			"           bare-SQL ceiling: each job's transaction in one pipelined round trip)\n" +
+			"  idle     --processes workers, each with its own pool of --conns, serving 1 queue\n" +
+			"           and then --queues queues (default 100) with no jobs: transactions/s of\n" +
+			"           a database the bench creates and drops (needs CREATEDB), statements/s\n" +
+			"           and claims/s, medians and the ratio N queues / 1 queue\n" +
+			"  layout   storage layouts at the bare-SQL level (--layouts single,split,partitioned,\n" +
+			"           narrow): --retained finished jobs, --jobs drained by --ceiling-claimers\n" +
+			"           (claim 1,000, one batched fenced completion each); jobs/s, WAL per job,\n" +
+			"           heap and index blocks per claim and per job, dead tuples, VACUUM time,\n" +
+			"           pages of the hot tables\n" +
 			"Each run of each side uses a fresh schema of the database, dropped afterwards; with\n" +
 			"--vs river the sides alternate which goes first. The table shows the median, min,\n" +
 			"max and max/min of the runs per side and the ratios of the medians, plus WAL bytes,\n" +
@@ -39,25 +49,33 @@ func benchCommand() *ucli.Command {
 			"  fenceq bench latency --rate 1000 --duration 20s --vs river\n" +
 			"  fenceq bench drain --retained 1000000 --idle-xact 60s --runs 3\n" +
 			"  fenceq bench drain --queues 100 --workers 10 --args-bytes 10000 --runs 3\n" +
-			"  fenceq bench drain --jobs 20000 --workers 10000 --job-sleep 3s --runs 1",
+			"  fenceq bench drain --queues 1000 --workers 1000 --split-workers --vs river\n" +
+			"  fenceq bench drain --workers 1000 --compare-queues 1000 --vs river\n" +
+			"  fenceq bench drain --jobs 20000 --workers 10000 --job-sleep 3s --runs 1\n" +
+			"  fenceq bench idle --processes 10 --queues 100 --vs river\n" +
+			"  fenceq bench layout --jobs 200000 --retained 1000000 --runs 3",
 		Flags: []ucli.Flag{
-			&ucli.IntFlag{Name: "jobs", Usage: "jobs of insert, drain and fenced", DefaultText: "200000; fenced 20000"},
-			&ucli.DurationFlag{Name: "duration", Usage: "length of steady and latency", DefaultText: "10s"},
+			&ucli.IntFlag{Name: "jobs", Usage: "jobs of insert, drain, fenced and layout", DefaultText: "200000; fenced 20000"},
+			&ucli.DurationFlag{Name: "duration", Usage: "length of steady and latency, measured window of idle", DefaultText: "10s; idle 30s"},
 			&ucli.IntFlag{Name: "rate", Usage: "arrival rate of latency, jobs/s", DefaultText: "1000"},
-			&ucli.IntFlag{Name: "workers", Usage: "jobs each side runs at once (MaxWorkers)", DefaultText: "1000"},
-			&ucli.IntFlag{Name: "conns", Usage: "connections in each side's pool", DefaultText: "8"},
-			&ucli.IntFlag{Name: "runs", Value: 5, Usage: "paired runs"},
+			&ucli.IntFlag{Name: "workers", Usage: "jobs each side runs at once per queue (MaxWorkers)", DefaultText: "1000; idle 1"},
+			&ucli.IntFlag{Name: "conns", Usage: "connections in each side's pool (each process's, in idle)", DefaultText: "8; idle 2"},
+			&ucli.IntFlag{Name: "processes", Usage: "idle: workers of each side, each with its own pool of --conns", DefaultText: "10"},
+			&ucli.IntFlag{Name: "runs", Usage: "paired runs (idle, layout: rounds over the sides)", DefaultText: "5; idle and layout 3"},
 			&ucli.StringFlag{Name: "vs", Usage: "peer measured alongside: river"},
-			&ucli.IntFlag{Name: "retained", Usage: "finished jobs pre-filled before each run", DefaultText: "none"},
+			&ucli.IntFlag{Name: "retained", Usage: "finished jobs pre-filled before each run (layout: in each layout's history)", DefaultText: "none"},
 			&ucli.DurationFlag{Name: "idle-xact", Usage: "hold an idle transaction (vacuum horizon) open this long during each run", DefaultText: "none"},
 			&ucli.BoolFlag{Name: "no-ceiling", Usage: "drain and fenced: skip the bare-SQL ceiling"},
 			&ucli.BoolFlag{Name: "no-checkpoint", Usage: "do not run CHECKPOINT before each run (it needs superuser or pg_checkpoint)"},
-			&ucli.IntFlag{Name: "ceiling-claimers", Usage: "concurrent claimers of the bare-SQL ceiling", DefaultText: "2"},
+			&ucli.IntFlag{Name: "ceiling-claimers", Usage: "concurrent claimers of the bare-SQL ceiling and of layout", DefaultText: "2"},
 			&ucli.IntFlag{Name: "claim-batch", Usage: "fenceq ClaimBatchSize", DefaultText: "the engine's"},
 			&ucli.IntFlag{Name: "queues", Usage: "spread the jobs over `N` queues, each served with --workers slots", DefaultText: "1"},
+			&ucli.BoolFlag{Name: "split-workers", Usage: "drain, fenced, steady, latency: --workers is the total, split evenly over --queues"},
+			&ucli.IntFlag{Name: "compare-queues", Usage: "drain: alternate runs on 1 queue and on `N` queues (--workers split over them) and report N/1", DefaultText: "off"},
 			&ucli.IntFlag{Name: "args-bytes", Usage: "pad each job's args with `N` bytes that do not compress", DefaultText: "none"},
 			&ucli.BoolFlag{Name: "commit-writes", Usage: "fenced: fenceq's handler commits through Job.CommitWrites (one pipeline) instead of Job.Commit"},
 			&ucli.DurationFlag{Name: "job-sleep", Usage: "drain, fenced: each handler sleeps this long (memory per running job)", DefaultText: "none"},
+			&ucli.StringFlag{Name: "layouts", Usage: "layout: the layouts compared, comma-separated", DefaultText: strings.Join(bench.Layouts, ",")},
 			&ucli.BoolFlag{Name: "trace-sql", Usage: "after each run, print its statements by total time on stderr"},
 			&ucli.StringFlag{Name: "cpuprofile", Usage: "write a Go CPU profile of the whole bench (this process: the workers and the load) to `FILE`"},
 			&ucli.StringFlag{Name: "memprofile", Usage: "write a Go allocation profile of the whole bench to `FILE`"},
@@ -77,6 +95,7 @@ func benchCommand() *ucli.Command {
 				Workers:         c.Int("workers"),
 				Conns:           c.Int("conns"),
 				Runs:            c.Int("runs"),
+				Processes:       c.Int("processes"),
 				Vs:              strings.ToLower(c.String("vs")),
 				Ceiling:         !c.Bool("no-ceiling"),
 				Checkpoint:      !c.Bool("no-checkpoint"),
@@ -85,16 +104,22 @@ func benchCommand() *ucli.Command {
 				IdleXact:        c.Duration("idle-xact"),
 				ClaimBatch:      c.Int("claim-batch"),
 				Queues:          c.Int("queues"),
+				SplitWorkers:    c.Bool("split-workers"),
+				CompareQueues:   c.Int("compare-queues"),
 				ArgsBytes:       c.Int("args-bytes"),
 				JobSleep:        c.Duration("job-sleep"),
 				CommitWrites:    c.Bool("commit-writes"),
 				TraceSQL:        c.Bool("trace-sql"),
+				Layouts:         splitList(c.String("layouts")),
 			}
 			if !c.Bool("quiet") {
 				cfg.Progress = stderr(c)
 			}
 			if c.Bool("verbose") {
 				cfg.Logger = slog.New(slog.NewTextHandler(stderr(c), &slog.HandlerOptions{Level: slog.LevelWarn}))
+			}
+			if c.IsSet("runs") && cfg.Runs < 1 {
+				return usageError{Err: fmt.Errorf("--runs: %d must be at least 1", cfg.Runs)}
 			}
 			if err := benchUsage(cfg); err != nil {
 				return err
@@ -173,10 +198,19 @@ func benchUsage(cfg bench.Config) error {
 	}
 	for name, n := range map[string]int{"--jobs": cfg.Jobs, "--rate": cfg.Rate, "--workers": cfg.Workers,
 		"--conns": cfg.Conns, "--retained": cfg.Retained, "--ceiling-claimers": cfg.CeilingClaimers,
-		"--claim-batch": cfg.ClaimBatch, "--queues": cfg.Queues, "--args-bytes": cfg.ArgsBytes} {
+		"--claim-batch": cfg.ClaimBatch, "--queues": cfg.Queues, "--args-bytes": cfg.ArgsBytes,
+		"--compare-queues": cfg.CompareQueues, "--processes": cfg.Processes, "--runs": cfg.Runs} {
 		if n < 0 {
 			return usageError{Err: fmt.Errorf("%s: %d must not be negative", name, n)}
 		}
+	}
+	for _, l := range cfg.Layouts {
+		if !slices.Contains(bench.Layouts, l) {
+			return usageError{Err: fmt.Errorf("--layouts: %q is not a layout: use some of %s", l, strings.Join(bench.Layouts, ","))}
+		}
+	}
+	if len(cfg.Layouts) > 0 && cfg.Workload != bench.WorkloadLayout {
+		return usageError{Err: fmt.Errorf("--layouts: only the %s workload compares layouts, not %s", bench.WorkloadLayout, cfg.Workload)}
 	}
 	if cfg.JobSleep < 0 {
 		return usageError{Err: fmt.Errorf("--job-sleep: %s must not be negative", cfg.JobSleep)}
@@ -184,8 +218,16 @@ func benchUsage(cfg bench.Config) error {
 	if cfg.CommitWrites && cfg.Workload != bench.WorkloadFenced {
 		return usageError{Err: fmt.Errorf("--commit-writes: only the %s workload commits in its handlers, not %s", bench.WorkloadFenced, cfg.Workload)}
 	}
-	if cfg.Runs < 1 {
-		return usageError{Err: fmt.Errorf("--runs: %d must be at least 1", cfg.Runs)}
-	}
 	return nil
+}
+
+// splitList splits a comma-separated flag value, dropping empty items.
+func splitList(v string) []string {
+	var out []string
+	for _, f := range strings.Split(v, ",") {
+		if f = strings.ToLower(strings.TrimSpace(f)); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
 }

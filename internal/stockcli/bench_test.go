@@ -80,6 +80,10 @@ func TestBenchUsageErrors(t *testing.T) {
 		{[]string{"drain", "--args-bytes", "-10"}, "--args-bytes"},
 		{[]string{"drain", "--job-sleep", "-1s"}, "--job-sleep"},
 		{[]string{"drain", "--commit-writes"}, "--commit-writes"},
+		{[]string{"drain", "--compare-queues", "-1"}, "--compare-queues"},
+		{[]string{"layout", "--layouts", "single,heap"}, `--layouts: "heap"`},
+		{[]string{"drain", "--layouts", "single"}, "--layouts"},
+		{[]string{"idle", "--processes", "-2"}, "--processes"},
 	} {
 		_, errOut, code := runBench(t, tc.args...)
 		if code != cli.ExitUsage || !strings.Contains(errOut, tc.want) {
