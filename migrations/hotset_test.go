@@ -87,6 +87,7 @@ func tableOf(ctx context.Context, t *testing.T, db *fenceqtest.DB, id int64) str
 // a worker built before the migration.
 func TestHotSetMigrationWithJobsInFlight(t *testing.T) {
 	t.Parallel()
+	fenceqtest.SkipOnCitus(t, "Citus finishes jobs in place and refuses writes through a view (docs/citus.md)")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	db := fenceqtest.New(t, &fenceqtest.Options{NoMigrate: true})
@@ -202,6 +203,7 @@ INSERT INTO fenceq_jobs (kind) SELECT 'work' FROM generate_series(1, 6)`); err !
 // moved on in between is not written.
 func TestJobsViewWrites(t *testing.T) {
 	t.Parallel()
+	fenceqtest.SkipOnCitus(t, "Citus refuses writes through a view (docs/citus.md)")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	db := fenceqtest.New(t, nil)

@@ -520,7 +520,7 @@ func TestSQLCompleteLockHoldsOffReaper(t *testing.T) {
 		t.Fatal(err)
 	}
 	held := claim(ctx, t, db.Pool, "reap", time.Minute)
-	if _, err := db.Pool.Exec(ctx, `UPDATE fenceq_jobs SET lease_expires_at = now() - interval '1 second' WHERE id = $1`, id); err != nil {
+	if _, err := db.Pool.Exec(ctx, `UPDATE fenceq_jobs_hot SET lease_expires_at = now() - interval '1 second' WHERE id = $1`, id); err != nil {
 		t.Fatal(err)
 	}
 	tx, err := db.Pool.Begin(ctx)
@@ -565,7 +565,7 @@ func TestSQLHeartbeat(t *testing.T) {
 	held := claim(ctx, t, db.Pool, "hb", lease)
 	// Move the lease's start an hour back, so that an extension is visible whatever the
 	// clock did. (Column-free expressions: Citus routes no STABLE function over columns.)
-	if _, err := db.Pool.Exec(ctx, `UPDATE fenceq_jobs SET heartbeat_at = now() - interval '1 hour',
+	if _, err := db.Pool.Exec(ctx, `UPDATE fenceq_jobs_hot SET heartbeat_at = now() - interval '1 hour',
         lease_expires_at = now() - interval '1 hour' + $2::bigint * interval '1 microsecond' WHERE id = $1`,
 		id, lease.Microseconds()); err != nil {
 		t.Fatal(err)

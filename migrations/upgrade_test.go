@@ -68,7 +68,7 @@ INSERT INTO fenceq_jobs (kind, unique_key, state, finished_at) VALUES
 		t.Fatalf("insert with a key only a finished job had: %+v %v; want a new job", free, err)
 	}
 	// The database itself still refuses a second unfinished holder.
-	_, err = db.Pool.Exec(ctx, `INSERT INTO fenceq_jobs (kind, unique_key, unique_states) VALUES ('k', 'held', 15)`)
+	_, err = db.Pool.Exec(ctx, `INSERT INTO fenceq_jobs_hot (kind, unique_key, unique_states) VALUES ('k', 'held', 15)`)
 	if !store.IsUniqueViolation(err, "fenceq_jobs_unique_key_idx") {
 		t.Fatalf("a second holder of key held: %v, want a unique violation", err)
 	}

@@ -38,7 +38,7 @@ func (b *testBundle) events(t *testing.T, kind queue.LeaseEventKind) int64 {
 // expire moves a lease's expiry into the past by the database's clock.
 func (b *testBundle) expire(t *testing.T, id int64) {
 	t.Helper()
-	if _, err := b.db.Pool.Exec(b.ctx, `UPDATE fenceq_jobs SET lease_expires_at = now() - interval '1 second' WHERE id = $1`, id); err != nil {
+	if _, err := b.db.Pool.Exec(b.ctx, `UPDATE fenceq_jobs_hot SET lease_expires_at = now() - interval '1 second' WHERE id = $1`, id); err != nil {
 		t.Fatalf("expire: %v", err)
 	}
 }

@@ -365,7 +365,7 @@ func TestRelayOrphanedRowIsFailedThenRetried(t *testing.T) {
 	if err != nil || len(jobs) != 1 {
 		t.Fatalf("claim: %v %d", err, len(jobs))
 	}
-	if _, err := b.db.Pool.Exec(b.ctx, `UPDATE fenceq_jobs SET lease_expires_at = now() - interval '1 second' WHERE id = $1`, jobs[0].ID); err != nil {
+	if _, err := b.db.Pool.Exec(b.ctx, `UPDATE fenceq_jobs_hot SET lease_expires_at = now() - interval '1 second' WHERE id = $1`, jobs[0].ID); err != nil {
 		t.Fatal(err)
 	}
 	if revs, err := store.Reap(b.ctx, b.db.Pool, store.ReapParams{HolderFresh: time.Second}); err != nil || len(revs) != 1 || revs[0].State != queue.StateDiscarded {

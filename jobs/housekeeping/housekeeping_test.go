@@ -133,7 +133,7 @@ func TestHousekeepingJobRecurs(t *testing.T) {
 	if err := tx.Commit(b.ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.db.Pool.Exec(b.ctx, `UPDATE fenceq_jobs SET state = 'discarded', finished_at = now() WHERE id = $1`, orphan.DeliveryJobID); err != nil {
+	if _, err := b.db.Pool.Exec(b.ctx, `UPDATE fenceq_jobs_hot SET state = 'discarded', finished_at = now() WHERE id = $1`, orphan.DeliveryJobID); err != nil {
 		t.Fatal(err)
 	}
 
