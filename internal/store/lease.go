@@ -646,13 +646,23 @@ type LeaseTx struct {
 // If fn fails, the transaction rolls back and fn's error is returned; the job stays
 // running under the lease. Keep slow calls out of fn: the row lock is held until COMMIT.
 //
-// On a *pgxpool.Pool or a *pgx.Conn the statements are pipelined: BEGIN and the lock go
-// in one round trip, the completion (or nothing, without Complete) and COMMIT in
-// another, so the transaction costs two round trips besides fn's own statements. A
-// completion that matched no row fails in the database, so the COMMIT behind it never
-// runs. Any other db runs one statement per round trip. Either way fn gets a pgx.Tx
-// whose Commit is refused (the transaction commits when fn returns) and whose Rollback
-// ends the transaction, making WithLease fail; it must not be used after fn returns.
+// On a *pgxpool.Pool or a *pgx.Conn the statements are pipelined and nothing is sent
+// before fn's first statement. When that is an Exec with arguments or a QueryRow, BEGIN
+// and the lock travel with it in one round trip; the lock raises when the lease is gone,
+// so the server skips the statement, which returns an error matching ErrLeaseLost, and
+// WithLease fails with ErrLeaseLost whatever fn returns. Any other first call (Query,
+// SendBatch, CopyFrom, Prepare, Begin, an Exec without arguments or with a pgx option)
+// sends BEGIN and the lock in a round trip of their own first. The completion (or
+// nothing, without Complete) and COMMIT go in one more round trip, so the transaction
+// costs one round trip besides fn's own statements; a fn that sends nothing costs one in
+// all (BEGIN, the lock, the completion and COMMIT in one pipeline). fn thus runs before
+// the lease is checked, but none of its statements runs unless the lock, in the same
+// transaction and before it, found the lease held. A completion that matched no row
+// fails in the database, so the COMMIT behind it never runs. Any other db runs one
+// statement per round trip and checks the lease before fn runs. Either way fn gets a
+// pgx.Tx whose Commit is refused (the transaction commits when fn returns) and whose
+// Rollback ends the transaction, making WithLease fail; it must not be used after fn
+// returns.
 func WithLease(ctx context.Context, db queue.Beginner, l queue.Lease, how LeaseTx, fn TxFunc) error {
 	op := leaseOp(how)
 	conn, release, err := pipelineConn(ctx, db)

@@ -53,7 +53,7 @@ func insertResult(ctx context.Context, tx pgx.Tx, l queue.Lease) error {
 }
 
 // Every kind of db commits the rows, the output and the completion together, keeps a
-// job running without Complete, and rejects a revoked lease before the function runs.
+// job running without Complete, and rejects a revoked lease writing nothing.
 func TestWithLeaseOnEveryKindOfDB(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

@@ -183,8 +183,9 @@ func TestReaperVersusCommitRaceExactlyOneWins(t *testing.T) {
 	}
 }
 
-// Test 2: a pause between the fence check and the write cannot be exploited. The
-// fenced commit holds the job row lock; the reaper, even with the lease expired by the
+// Test 2: a pause between the fence check and the writes cannot be exploited. From its
+// first statement on (which carries the check), the fenced commit holds the job row
+// lock; the reaper, even with the lease expired by the
 // database clock, cannot revoke it until COMMIT — and then there is nothing to revoke.
 // In the other order the reaper revokes first and the commit is rejected whole.
 func TestFencedCommitHoldsOffReaper(t *testing.T) {
