@@ -223,7 +223,8 @@ func (c *sendCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.Tr
 func (c *sendCounter) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
 func (c *sendCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
 
-// countedConn is a connection to the test's schema whose round trips counter counts.
+// countedConn is a connection to the test's schema whose round trips counter counts,
+// from its first fenced commit on.
 func countedConn(t *testing.T, b *testBundle) (*pgx.Conn, *sendCounter) {
 	t.Helper()
 	cfg, err := pgx.ParseConfig(b.db.URL)
@@ -237,6 +238,12 @@ func countedConn(t *testing.T, b *testBundle) (*pgx.Conn, *sendCounter) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	// The connection's first completion reads whether fenceq_jobs is distributed, once;
+	// read it here so that the counts are those of every commit.
+	if _, err := store.SelfNotify(b.ctx, conn); err != nil {
+		t.Fatal(err)
+	}
+	counter.n.Store(0)
 	return conn, counter
 }
 
