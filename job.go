@@ -69,8 +69,10 @@ func (j *Job[T]) LeaseDeadline() time.Time { return j.exec.leaseDeadline() }
 // job in that same transaction: the job's result rows, its outbox rows and its
 // completion commit together or not at all. If the lease was revoked (the worker paused
 // past it, an operator requeued the job), nothing is written and Commit returns an error
-// matching queue.ErrLeaseLost; return it from the handler. Make slow calls before Commit, never
-// inside fn: the job row stays locked until COMMIT.
+// matching queue.ErrLeaseLost; return it from the handler. The lease is checked with fn's
+// first statement (on a pool, in the same round trip): when it is gone, that statement
+// returns an error matching queue.ErrLeaseLost and runs nothing. Make slow calls before
+// Commit, never inside fn: the job row stays locked until COMMIT.
 //
 // After a successful Commit the handler's return value no longer matters: the job is
 // completed.

@@ -128,7 +128,7 @@ func BenchmarkHeartbeat100(b *testing.B) {
 
 // BenchmarkWithLeaseCommit is one fenced commit of a claimed job with one row written
 // in its function (the job's lock, the row, the completion, COMMIT), on a pool
-// (pipelined: two round trips besides the row's) and on a Beginner that is not one
+// (pipelined: one round trip besides the row's) and on a Beginner that is not one
 // (one statement per round trip), with 200 other jobs running; reported per commit.
 func BenchmarkWithLeaseCommit(b *testing.B) {
 	for _, name := range []string{"pool", "beginner"} {

@@ -62,7 +62,10 @@
 // row means the lease is gone: roll back, ErrLeaseLost. A row means the lock keeps the
 // reaper (which uses SKIP LOCKED and compare-and-set on the generation it read) and
 // every other writer out until COMMIT, so a pause between the check and the write
-// cannot be exploited: the transaction wins or loses as a whole.
+// cannot be exploited: the transaction wins or loses as a whole. On a pipelined
+// connection BEGIN and the lock travel with the function's first statement, and a lock
+// that finds no row raises, so the server skips that statement: nothing of the
+// function's runs before the lock returned the row.
 //
 // # Liveness
 //

@@ -11,3 +11,7 @@ var SQLLockLeaseChecked = sqlLockLeaseChecked
 
 // SQLClaimManyKinds is the claim of many queues with kinds, for its plan test.
 var SQLClaimManyKinds = sqlClaimManyKinds
+
+// SelfNotify reads, once per connection, whether completions announce the jobs they
+// make available themselves: the round trip tests take it before they count.
+var SelfNotify = selfNotify

@@ -10,7 +10,6 @@ import (
 	"github.com/fenceq/fenceq/queue"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -647,13 +646,23 @@ type LeaseTx struct {
 // If fn fails, the transaction rolls back and fn's error is returned; the job stays
 // running under the lease. Keep slow calls out of fn: the row lock is held until COMMIT.
 //
-// On a *pgxpool.Pool or a *pgx.Conn the statements are pipelined: BEGIN and the lock go
-// in one round trip, the completion (or nothing, without Complete) and COMMIT in
-// another, so the transaction costs two round trips besides fn's own statements. A
-// completion that matched no row fails in the database, so the COMMIT behind it never
-// runs. Any other db runs one statement per round trip. Either way fn gets a pgx.Tx
-// whose Commit is refused (the transaction commits when fn returns) and whose Rollback
-// ends the transaction, making WithLease fail; it must not be used after fn returns.
+// On a *pgxpool.Pool or a *pgx.Conn the statements are pipelined and nothing is sent
+// before fn's first statement. When that is an Exec with arguments or a QueryRow, BEGIN
+// and the lock travel with it in one round trip; the lock raises when the lease is gone,
+// so the server skips the statement, which returns an error matching ErrLeaseLost, and
+// WithLease fails with ErrLeaseLost whatever fn returns. Any other first call (Query,
+// SendBatch, CopyFrom, Prepare, Begin, an Exec without arguments or with a pgx option)
+// sends BEGIN and the lock in a round trip of their own first. The completion (or
+// nothing, without Complete) and COMMIT go in one more round trip, so the transaction
+// costs one round trip besides fn's own statements; a fn that sends nothing costs one in
+// all (BEGIN, the lock, the completion and COMMIT in one pipeline). fn thus runs before
+// the lease is checked, but none of its statements runs unless the lock, in the same
+// transaction and before it, found the lease held. A completion that matched no row
+// fails in the database, so the COMMIT behind it never runs. Any other db runs one
+// statement per round trip and checks the lease before fn runs. Either way fn gets a
+// pgx.Tx whose Commit is refused (the transaction commits when fn returns) and whose
+// Rollback ends the transaction, making WithLease fail; it must not be used after fn
+// returns.
 func WithLease(ctx context.Context, db queue.Beginner, l queue.Lease, how LeaseTx, fn TxFunc) error {
 	op := leaseOp(how)
 	conn, release, err := pipelineConn(ctx, db)
@@ -695,87 +704,6 @@ func leaseOp(how LeaseTx) string {
 	return "with lease"
 }
 
-// withLeasePipelined is WithLease on one connection, in two round trips of its own.
-func withLeasePipelined(ctx context.Context, conn *pgx.Conn, l queue.Lease, how LeaseTx, op string, fn TxFunc) error {
-	b := &pgx.Batch{}
-	b.BeginTx(pgx.TxOptions{})
-	b.Queue(sqlLockLease, l.JobID, l.Gen)
-	br := conn.SendBatch(ctx, b)
-	_, beginErr := br.Exec()
-	var state string
-	lockErr := br.QueryRow().Scan(&state)
-	closeErr := br.Close()
-	tx := br.Tx()
-	committed := false
-	defer func() {
-		if !committed {
-			_ = tx.Rollback(ctx)
-		}
-	}()
-	switch {
-	case beginErr != nil:
-		return fmt.Errorf("%s of job %d: begin: %w", op, l.JobID, beginErr)
-	case errors.Is(lockErr, pgx.ErrNoRows):
-		lost := fmt.Errorf("lock job %d at lease generation %d: %w", l.JobID, l.Gen, queue.ErrLeaseLost)
-		committed = true // nothing left to roll back once this rollback returns
-		if err := tx.Rollback(ctx); err != nil {
-			return errors.Join(lost, fmt.Errorf("roll back: %w", err))
-		}
-		if err := RecordStaleWrite(ctx, conn, l, op); err != nil {
-			return errors.Join(lost, err)
-		}
-		return lost
-	case lockErr != nil:
-		return fmt.Errorf("lock job %d: %w", l.JobID, lockErr)
-	case closeErr != nil:
-		return fmt.Errorf("%s of job %d: begin: %w", op, l.JobID, closeErr)
-	}
-	if rolledBack, err := runLeaseFn(ctx, tx, l, op, fn); rolledBack || err != nil {
-		committed = committed || rolledBack
-		return err
-	}
-	if !how.Complete {
-		committed = true // Commit ends the transaction whatever it returns
-		if err := tx.Commit(ctx); err != nil {
-			return fmt.Errorf("%s of job %d: commit: %w", op, l.JobID, err)
-		}
-		return nil
-	}
-	var output []byte
-	if how.Output != nil {
-		output = how.Output()
-	}
-	if err := queue.ValidateOutput(output); err != nil {
-		return fmt.Errorf("complete job %d: %w", l.JobID, err)
-	}
-	dist, err := selfNotify(ctx, conn)
-	if err != nil {
-		return fmt.Errorf("complete job %d: %w", l.JobID, err)
-	}
-	cb := &pgx.Batch{}
-	cb.Queue(completeLockedSQL(true, dist), l.JobID, l.Gen, output)
-	cb.Queue("COMMIT")
-	cr := conn.SendBatch(ctx, cb)
-	_, completeErr := cr.Exec()
-	tag, commitErr := cr.Exec()
-	closeErr = cr.Close()
-	if completeErr != nil {
-		return completeLockedErr(l, completeErr)
-	}
-	if commitErr == nil {
-		commitErr = closeErr
-	}
-	if commitErr != nil {
-		// The outcome is unknown when the reply was lost: the caller looks (Landed).
-		return fmt.Errorf("%s of job %d: commit: %w", op, l.JobID, commitErr)
-	}
-	committed = true
-	if tag.String() == "ROLLBACK" {
-		return fmt.Errorf("%s of job %d: commit: %w", op, l.JobID, pgx.ErrTxCommitRollback)
-	}
-	return nil
-}
-
 // codeInvalidTextRepresentation is the error a checked statement that matched no row
 // raises (see exactlyOneRow).
 const codeInvalidTextRepresentation = "22P02"
@@ -796,130 +724,6 @@ func completeLockedErr(l queue.Lease, err error) error {
 			l.JobID, l.Gen, queue.ErrLeaseLost)
 	}
 	return fmt.Errorf("complete job %d: %w", l.JobID, err)
-}
-
-// leaseTx is the pgx.Tx a pipelined fenced transaction hands to its function: the
-// transaction commits when the function returns, so Commit is refused; Rollback ends it
-// and fails WithLease; nothing may use it after the function returned, when its
-// connection may already be back in the pool.
-type leaseTx struct {
-	pgx.Tx
-	ended      bool // the function returned
-	rolledBack bool
-}
-
-// errLeaseTxCommit is returned by Commit inside a fenced transaction's function.
-var errLeaseTxCommit = errors.New("commit inside a fenced transaction: it commits when its function returns")
-
-func (t *leaseTx) usable() error {
-	if t.ended || t.rolledBack {
-		return pgx.ErrTxClosed
-	}
-	return nil
-}
-
-func (t *leaseTx) Begin(ctx context.Context) (pgx.Tx, error) {
-	if err := t.usable(); err != nil {
-		return nil, err
-	}
-	return t.Tx.Begin(ctx)
-}
-
-func (t *leaseTx) Commit(context.Context) error {
-	if err := t.usable(); err != nil {
-		return err
-	}
-	return errLeaseTxCommit
-}
-
-func (t *leaseTx) Rollback(ctx context.Context) error {
-	if err := t.usable(); err != nil {
-		return err
-	}
-	t.rolledBack = true
-	return t.Tx.Rollback(ctx)
-}
-
-func (t *leaseTx) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {
-	if err := t.usable(); err != nil {
-		return 0, err
-	}
-	return t.Tx.CopyFrom(ctx, table, columns, src)
-}
-
-func (t *leaseTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	if err := t.usable(); err != nil {
-		return pgx.FailedBatchResults(b, err)
-	}
-	return t.Tx.SendBatch(ctx, b)
-}
-
-func (t *leaseTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
-	if err := t.usable(); err != nil {
-		return nil, err
-	}
-	return t.Tx.Prepare(ctx, name, sql)
-}
-
-func (t *leaseTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	if err := t.usable(); err != nil {
-		return pgconn.CommandTag{}, err
-	}
-	return t.Tx.Exec(ctx, sql, args...)
-}
-
-func (t *leaseTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	if err := t.usable(); err != nil {
-		// Rows that carry the error, as pgx's own: code that reads the error from the
-		// rows (pgx.CollectRows) gets it there.
-		return errRows{err}, err
-	}
-	return t.Tx.Query(ctx, sql, args...)
-}
-
-func (t *leaseTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	if err := t.usable(); err != nil {
-		return errRow{err}
-	}
-	return t.Tx.QueryRow(ctx, sql, args...)
-}
-
-// errRow is a pgx.Row whose Scan returns err.
-type errRow struct{ err error }
-
-func (r errRow) Scan(...any) error { return r.err }
-
-// errRows are pgx.Rows that hold no row and report err.
-type errRows struct{ err error }
-
-func (r errRows) Close()                                       {}
-func (r errRows) Err() error                                   { return r.err }
-func (r errRows) CommandTag() pgconn.CommandTag                { return pgconn.CommandTag{} }
-func (r errRows) FieldDescriptions() []pgconn.FieldDescription { return nil }
-func (r errRows) Next() bool                                   { return false }
-func (r errRows) Scan(...any) error                            { return r.err }
-func (r errRows) Values() ([]any, error)                       { return nil, r.err }
-func (r errRows) RawValues() [][]byte                          { return nil }
-func (r errRows) Conn() *pgx.Conn                              { return nil }
-func (r errRows) TypeMap() *pgtype.Map                         { return nil }
-
-// runLeaseFn runs a fenced transaction's function on tx, through the leaseTx that
-// refuses Commit and ends with the function. rolledBack reports that the function
-// rolled the transaction back itself: nothing was written, and err says so.
-func runLeaseFn(ctx context.Context, tx pgx.Tx, l queue.Lease, op string, fn TxFunc) (rolledBack bool, err error) {
-	if fn == nil {
-		return false, nil
-	}
-	ltx := &leaseTx{Tx: tx}
-	err = fn(ctx, ltx)
-	ltx.ended = true
-	if err != nil {
-		return ltx.rolledBack, err
-	}
-	if ltx.rolledBack {
-		return true, fmt.Errorf("%s of job %d: the function rolled the transaction back: nothing was written", op, l.JobID)
-	}
-	return false, nil
 }
 
 // withLeaseTx is WithLease on any Beginner, one statement per round trip.

@@ -183,8 +183,9 @@ func TestReaperVersusCommitRaceExactlyOneWins(t *testing.T) {
 	}
 }
 
-// Test 2: a pause between the fence check and the write cannot be exploited. The
-// fenced commit holds the job row lock; the reaper, even with the lease expired by the
+// Test 2: a pause between the fence check and the writes cannot be exploited. From its
+// first statement on (which carries the check), the fenced commit holds the job row
+// lock; the reaper, even with the lease expired by the
 // database clock, cannot revoke it until COMMIT — and then there is nothing to revoke.
 // In the other order the reaper revokes first and the commit is rejected whole.
 func TestFencedCommitHoldsOffReaper(t *testing.T) {
@@ -212,6 +213,10 @@ func TestFencedCommitHoldsOffReaper(t *testing.T) {
 		j := b.insert(t, store.InsertParams{Kind: "fence"})
 		l := store.LeaseOf(b.claim(t, "holder", 1, 200*time.Millisecond)[0])
 		err := store.WithLease(b.ctx, b.db.Pool, l, store.LeaseTx{Complete: true}, func(ctx context.Context, tx pgx.Tx) error {
+			// The first statement takes the lock (it travels with BEGIN and the lock).
+			if _, err := tx.Exec(ctx, `INSERT INTO results VALUES ($1, $2)`, l.JobID, l.Gen); err != nil {
+				return err
+			}
 			// Inside the fence: the holder "pauses" until its lease has expired by the
 			// database's clock, then the reaper runs.
 			waitExpired(t, j.ID)
@@ -222,7 +227,7 @@ func TestFencedCommitHoldsOffReaper(t *testing.T) {
 			if len(revs) != 0 {
 				return fmt.Errorf("reaper revoked %+v while the fenced commit held the row", revs)
 			}
-			_, err = tx.Exec(ctx, `INSERT INTO results VALUES ($1, $2)`, l.JobID, l.Gen)
+			_, err = tx.Exec(ctx, `UPDATE results SET lease_gen = $2 WHERE job_id = $1`, l.JobID, l.Gen)
 			return err
 		})
 		if err != nil {
@@ -243,13 +248,13 @@ func TestFencedCommitHoldsOffReaper(t *testing.T) {
 		if err != nil || len(revs) != 1 {
 			t.Fatalf("reap: %+v %v", revs, err)
 		}
-		called := false
+		var insertErr error
 		err = store.WithLease(b.ctx, b.db.Pool, l, store.LeaseTx{Complete: true}, func(ctx context.Context, tx pgx.Tx) error {
-			called = true
-			return nil
+			_, insertErr = tx.Exec(ctx, `INSERT INTO results VALUES ($1, $2)`, l.JobID, l.Gen)
+			return insertErr
 		})
-		if !errors.Is(err, queue.ErrLeaseLost) || called {
-			t.Fatalf("commit after revocation: err %v, body ran %v; want ErrLeaseLost before the body", err, called)
+		if !errors.Is(err, queue.ErrLeaseLost) || !errors.Is(insertErr, queue.ErrLeaseLost) {
+			t.Fatalf("commit after revocation: err %v, the body's statement %v; want ErrLeaseLost for both", err, insertErr)
 		}
 		var rows int
 		if err := b.db.Pool.QueryRow(b.ctx, `SELECT count(*) FROM results WHERE job_id = $1`, j.ID).Scan(&rows); err != nil || rows != 0 {

@@ -71,6 +71,15 @@ func WithLeaseWrites(ctx context.Context, db queue.Beginner, l queue.Lease, how 
 		})
 	}
 	defer release()
+	return withLeaseWritesPipelined(ctx, conn, l, how, op, w)
+}
+
+// withLeaseWritesPipelined is WithLeaseWrites on one connection: the whole fenced
+// transaction in one pipeline. w may be nil: BEGIN, the lock, [the completion,] COMMIT.
+func withLeaseWritesPipelined(ctx context.Context, conn *pgx.Conn, l queue.Lease, how LeaseTx, op string, w *Writes) error {
+	if w == nil {
+		w = &Writes{}
+	}
 	var output []byte
 	if how.Complete && how.Output != nil {
 		output = how.Output()
