@@ -201,7 +201,9 @@ func TestClaimManyPlan(t *testing.T) {
 		!strings.Contains(plan[claimScan+1], "ROW(priority, run_at, id) > ROW(") {
 		t.Fatalf("the claim scan does not start at the cursor:\n%s", text)
 	}
-	if !strings.Contains(text, "Index Scan using fenceq_jobs_pkey on fenceq_jobs\n") && !strings.Contains(text, "Index Scan using fenceq_jobs_pkey on fenceq_jobs ") {
+	// An index scan or a bitmap index scan of the primary key (which kept its name when
+	// the table became the hot set), as the planner prefers for the batch's size.
+	if !strings.Contains(text, "Index Scan using fenceq_jobs_pkey") && !strings.Contains(text, "Bitmap Index Scan on fenceq_jobs_pkey") {
 		t.Fatalf("the update does not find its rows by primary key:\n%s", text)
 	}
 	if strings.Contains(text, "Hash Join") || strings.Contains(text, "Seq Scan on fenceq_jobs") {
