@@ -119,7 +119,7 @@ func PruneFinished(ctx context.Context, db queue.DBTX, age time.Duration, limit 
 // MoveFinished moves up to limit finished jobs that hold no unique key from the hot set
 // to history, and returns how many it moved. On plain PostgreSQL the statement that
 // finishes a job moves it, so there is nothing to move but what writes through the
-// fenceq_jobs view or workers built before the hot set left there; on a Citus
+// fenceq_jobs view or workers built for schema 13 left there; on a Citus
 // distributed schema jobs are finished in place (one routed statement, committed in one
 // phase) and this moves them in batches.
 func MoveFinished(ctx context.Context, db queue.DBTX, limit int) (int64, error) {
