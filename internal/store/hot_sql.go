@@ -165,8 +165,7 @@ func (f finish) inPlace() string {
 
 // sqlMoveFinished moves up to $1 finished jobs that hold no unique key in their final
 // state from the hot set to history, oldest first: the jobs a Citus connection finished in
-// place (see finish.inPlace), and any a write through the view or an older worker left
-// there. It returns how many it moved.
+// place (see finish.inPlace), and any a direct write to the hot set left there. It returns how many it moved.
 var sqlMoveFinished = `
 WITH m AS (
     SELECT id AS mid FROM ` + hotTable + `

@@ -118,8 +118,8 @@ func PruneFinished(ctx context.Context, db queue.DBTX, age time.Duration, limit 
 
 // MoveFinished moves up to limit finished jobs that hold no unique key from the hot set
 // to history, and returns how many it moved. On plain PostgreSQL the statement that
-// finishes a job moves it, so there is nothing to move but what writes through the
-// fenceq_jobs view or workers built for schema 13 left there; on a Citus
+// finishes a job moves it (and so does a write through the fenceq_jobs view), so there
+// is nothing to move but what direct writes to fenceq_jobs_hot left there; on a Citus
 // distributed schema jobs are finished in place (one routed statement, committed in one
 // phase) and this moves them in batches.
 func MoveFinished(ctx context.Context, db queue.DBTX, limit int) (int64, error) {
