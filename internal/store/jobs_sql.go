@@ -215,11 +215,20 @@ LIMIT 1`
 // an operator) are skipped rather than waited for, so one long transaction cannot stall
 // the renewal of every other lease. Such a lease is reported as held-but-not-renewed
 // when its generation still matches in the statement's snapshot, and as lost otherwise.
-var sqlHeartbeat = `
+var sqlHeartbeat = heartbeatSQL("fenceq_jobs")
+
+// sqlHeartbeatRouted is sqlHeartbeat for a Citus connection: it reads the held leases in
+// the hot set only, so that the statement names no view and is routed whole (jobs are
+// finished in place there, and stay in the hot set until MoveFinished).
+var sqlHeartbeatRouted = heartbeatSQL(hotTable)
+
+// heartbeatSQL is the heartbeat statement, reading held leases from table.
+func heartbeatSQL(table string) string {
+	return `
 WITH l AS MATERIALIZED (
     SELECT l.*, ` + sqlRunning + `::text AS lstate FROM unnest($1::bigint[], $2::bigint[]) AS l(lid, lgen)),
 held AS (
-    SELECT j.id, j.lease_gen, j.state = l.lstate AS running FROM fenceq_jobs j JOIN l ON j.id = l.lid
+    SELECT j.id, j.lease_gen, j.state = l.lstate AS running FROM ` + table + ` j JOIN l ON j.id = l.lid
     WHERE j.lease_gen = l.lgen AND j.id = ANY($1::bigint[])),
 lk AS (
     SELECT j.id AS lk_id, l.lgen AS lk_gen, l.lstate AS lk_state FROM fenceq_jobs_hot j JOIN l ON j.id = l.lid
@@ -236,6 +245,7 @@ SELECT h.ids, h.gens, h.running, u.ids, u.gens, (SELECT count(*) FROM w)
 FROM (SELECT COALESCE(array_agg(id), '{}')::bigint[] AS ids, COALESCE(array_agg(lease_gen), '{}')::bigint[] AS gens,
              COALESCE(array_agg(running), '{}')::boolean[] AS running FROM held) h,
      (SELECT COALESCE(array_agg(id), '{}')::bigint[] AS ids, COALESCE(array_agg(lease_gen), '{}')::bigint[] AS gens FROM upd) u`
+}
 
 // fencedSQL is a single-lease write in the two forms fencedWrite runs. Both take $1 id,
 // $2 gen, $3 worker and $4 the operation (the event's detail); the write's own
@@ -304,7 +314,7 @@ rej AS (
 SELECT state FROM upd UNION ALL SELECT state FROM done`,
 	routed: `
 WITH ` + completion("upd", leaseCond, "", "", "$5::jsonb", "state").inPlace() + `,
-done AS (` + sqlCompletedAlready + `),
+done AS (` + strings.Replace(sqlCompletedAlready, "FROM fenceq_jobs\n", "FROM "+hotTable+"\n", 1) + `),
 p AS (SELECT $3::text AS worker, $4::text AS op)
 SELECT s.state FROM (SELECT state FROM upd UNION ALL SELECT state FROM done) s, p`,
 }
@@ -364,7 +374,7 @@ var sqlCompleteManyRouted = completeManyUpdate("$3", true) + `,
 done AS (
     SELECT id, lease_gen FROM upd
     UNION ALL
-    SELECT d.id, d.lease_gen FROM fenceq_jobs d JOIN l ON d.id = l.lid AND d.lease_gen = l.lgen
+    SELECT d.id, d.lease_gen FROM fenceq_jobs_hot d JOIN l ON d.id = l.lid AND d.lease_gen = l.lgen
     WHERE d.state = ` + sqlCompleted + ` AND d.id = ANY($1::bigint[])
         AND (l.lid, l.lgen) NOT IN (SELECT id, lease_gen FROM upd))
 SELECT COALESCE(array_agg(id), '{}')::bigint[], COALESCE(array_agg(lease_gen), '{}')::bigint[] FROM done`

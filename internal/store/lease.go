@@ -364,8 +364,14 @@ func Heartbeat(ctx context.Context, db queue.DBTX, workerID string, leases []que
 	var heldIDs, heldGens, renewedIDs, renewedGens []int64
 	var heldRunning []bool
 	var workerRows int64
-	err := db.QueryRow(ctx, sqlHeartbeat, customPlan, ids, gens, micros(lease), workerID).
-		Scan(&heldIDs, &heldGens, &heldRunning, &renewedIDs, &renewedGens, &workerRows)
+	err := onConn(ctx, db, func(db queue.DBTX, dist bool) error {
+		sql := sqlHeartbeat
+		if dist {
+			sql = sqlHeartbeatRouted
+		}
+		return db.QueryRow(ctx, sql, customPlan, ids, gens, micros(lease), workerID).
+			Scan(&heldIDs, &heldGens, &heldRunning, &renewedIDs, &renewedGens, &workerRows)
+	})
 	if err != nil {
 		return HeartbeatResult{}, fmt.Errorf("heartbeat %d leases of worker %s: %w", len(leases), workerID, err)
 	}
