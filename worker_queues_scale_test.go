@@ -177,21 +177,7 @@ func TestManyQueuesOneClaimInFlight(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	const queues, perQueue, jobs, paused = 200, 1, 2000, "q100"
-	var ran atomic.Int64
-	running := &perQueueRunning{running: map[string]int{}, most: map[string]int{}}
-	fenceq.AddHandler(b.hs, func(ctx context.Context, job *fenceq.Job[echoArgs]) error {
-		running.begin(job.Queue)
-		defer running.end(job.Queue)
-		ran.Add(1)
-		return nil
-	}, nil)
-	items := make([]fenceq.EnqueueItem, jobs)
-	for i := range items {
-		items[i] = fenceq.EnqueueItem{Args: echoArgs{Value: "x"}, Opts: &fenceq.InsertOpts{Queue: fmt.Sprintf("q%03d", i%queues)}}
-	}
-	if n, err := fenceq.EnqueueMany(b.ctx, b.db.Pool, items); err != nil || n != jobs {
-		t.Fatalf("enqueue: %d %v", n, err)
-	}
+	ran, running := spreadJobs(t, b, queues, jobs, "q%03d")
 	if err := store.SetQueuePaused(b.ctx, b.db.Pool, paused, true); err != nil {
 		t.Fatal(err)
 	}
@@ -291,21 +277,7 @@ func TestClaimRoundsShareTheBatch(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	const queues, perQueue, jobs, batch = 30, 4, 600, 7
-	var ran atomic.Int64
-	running := &perQueueRunning{running: map[string]int{}, most: map[string]int{}}
-	fenceq.AddHandler(b.hs, func(ctx context.Context, job *fenceq.Job[echoArgs]) error {
-		running.begin(job.Queue)
-		defer running.end(job.Queue)
-		ran.Add(1)
-		return nil
-	}, nil)
-	items := make([]fenceq.EnqueueItem, jobs)
-	for i := range items {
-		items[i] = fenceq.EnqueueItem{Args: echoArgs{Value: "x"}, Opts: &fenceq.InsertOpts{Queue: fmt.Sprintf("q%02d", i%queues)}}
-	}
-	if n, err := fenceq.EnqueueMany(b.ctx, b.db.Pool, items); err != nil || n != jobs {
-		t.Fatalf("enqueue: %d %v", n, err)
-	}
+	ran, running := spreadJobs(t, b, queues, jobs, "q%02d")
 	tr := &claimsInFlight{}
 	pool := b.tracedPool(t, tr, 4)
 	cfg := b.fastConfig(30 * time.Second)
@@ -329,4 +301,26 @@ func TestClaimRoundsShareTheBatch(t *testing.T) {
 	if m, q := running.mostInAnyQueue(); m > perQueue {
 		t.Fatalf("queue %s ran %d handlers at once, want at most %d", q, m, perQueue)
 	}
+}
+
+// spreadJobs registers a handler that counts the jobs it ran and the jobs running in each
+// queue at once, and enqueues jobs spread round robin over queues named by format.
+func spreadJobs(t *testing.T, b *testBundle, queues, jobs int, format string) (*atomic.Int64, *perQueueRunning) {
+	t.Helper()
+	ran := &atomic.Int64{}
+	running := &perQueueRunning{running: map[string]int{}, most: map[string]int{}}
+	fenceq.AddHandler(b.hs, func(ctx context.Context, job *fenceq.Job[echoArgs]) error {
+		running.begin(job.Queue)
+		defer running.end(job.Queue)
+		ran.Add(1)
+		return nil
+	}, nil)
+	items := make([]fenceq.EnqueueItem, jobs)
+	for i := range items {
+		items[i] = fenceq.EnqueueItem{Args: echoArgs{Value: "x"}, Opts: &fenceq.InsertOpts{Queue: fmt.Sprintf(format, i%queues)}}
+	}
+	if n, err := fenceq.EnqueueMany(b.ctx, b.db.Pool, items); err != nil || n != int64(jobs) {
+		t.Fatalf("enqueue: %d %v", n, err)
+	}
+	return ran, running
 }
