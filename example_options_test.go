@@ -60,7 +60,7 @@ func ExampleUniqueOpts() {
 	// Output:
 	// second enqueue returns the first job: true
 	// batch inserted: 1
-	// holds its key while: [available scheduled running retryable completed]
+	// holds its key while: [available scheduled running retryable completed pending]
 }
 
 // Tags label jobs; operators find them with `fenceq jobs list --tag T`, code with

@@ -49,9 +49,9 @@ func TestOverviewShowsQueuesAlertsChartAndLeaseEvents(t *testing.T) {
 	for _, c := range cells {
 		got = append(got, c[1])
 	}
-	// available, scheduled, running, retryable, completed, discarded, cancelled.
-	if strings.Join(got, " ") != "0 0 1 0 0 0 0" {
-		t.Errorf("billing counts %v; want 0 0 1 0 0 0 0", got)
+	// available, scheduled, running, retryable, pending, completed, discarded, cancelled.
+	if strings.Join(got, " ") != "0 0 1 0 0 0 0 0" {
+		t.Errorf("billing counts %v; want 0 0 1 0 0 0 0 0", got)
 	}
 }
 

@@ -21,6 +21,8 @@
 //	running ──> available (lease expired and revoked, or released at shutdown)
 //	running ──> scheduled (snoozed)
 //	retryable ──(run_at passes)──> available
+//	enqueue behind a dependency, a sequence or a limit ──> pending ──(its turn)──> available
+//	running ──> pending (waits for a signal or a timer, holding no lease)
 //
 // completed, discarded and cancelled are final (FinalStates). An operator's RetryJob
 // makes a final, scheduled or retryable job available again; RequeueJob and CancelJob on

@@ -14,6 +14,9 @@ const (
 	StateCompleted State = "completed" // final: succeeded
 	StateDiscarded State = "discarded" // final: failed past max attempts, or discarded
 	StateCancelled State = "cancelled" // final: cancelled by handler or operator
+	// StatePending: waits for its turn (a dependency, a sequence, a concurrency slot or a
+	// signal) before it becomes available. No worker claims it; the database releases it.
+	StatePending State = "pending"
 )
 
 // The state lists, defined once; code outside this package gets copies from the
@@ -21,11 +24,13 @@ const (
 //
 // A state's position in jobStates is also its bit in a unique_states mask stored in job
 // rows and read by the SQL function fenceq_state_in_mask of migration 000012: new states
-// are appended, never inserted or reordered.
+// are appended, never inserted or reordered. StatePending has no bit of its own: a
+// pending job holds its unique key exactly when an available one would (it shares
+// available's bit, see migration 000015).
 var (
 	jobStates = [...]State{StateAvailable, StateScheduled, StateRunning, StateRetryable,
-		StateCompleted, StateDiscarded, StateCancelled}
-	unfinishedStates = [...]State{StateAvailable, StateScheduled, StateRunning, StateRetryable}
+		StateCompleted, StateDiscarded, StateCancelled, StatePending}
+	unfinishedStates = [...]State{StateAvailable, StateScheduled, StateRunning, StateRetryable, StatePending}
 	finalStates      = [...]State{StateCompleted, StateDiscarded, StateCancelled}
 )
 

@@ -32,8 +32,13 @@ func TestStateMaskMatchesSQLFunction(t *testing.T) {
 			}
 		}
 	}
-	if got := store.MaskOf(queue.UnfinishedStates()...).States(); !slices.Equal(got, queue.UnfinishedStates()) {
-		t.Fatalf("mask round trip: %v", got)
+	if got, want := store.MaskOf(queue.UnfinishedStates()...).States(), queue.UnfinishedStates(); !slices.Equal(got, want) {
+		t.Fatalf("mask round trip: %v, want %v", got, want)
+	}
+	// Pending shares available's bit: a pending job holds its key exactly when an
+	// available one would.
+	if store.MaskOf(queue.StatePending) != store.MaskOf(queue.StateAvailable) {
+		t.Fatalf("pending's mask %b, available's %b", store.MaskOf(queue.StatePending), store.MaskOf(queue.StateAvailable))
 	}
 }
 

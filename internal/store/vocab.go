@@ -23,14 +23,23 @@ var (
 )
 
 // StateMask is a set of job states as stored in fenceq_jobs.unique_states: bit i stands
-// for the i-th state of JobStates.
+// for the i-th state of JobStates, except pending, which shares available's bit (a
+// pending job holds its key exactly when an available one would).
 type StateMask int16
+
+// stateBit returns the bit of s in a StateMask, or -1 for an invalid state.
+func stateBit(s queue.State) int {
+	if s == queue.StatePending {
+		s = queue.StateAvailable
+	}
+	return slices.Index(jobStates[:], s)
+}
 
 // MaskOf returns the mask of the given states; invalid states are ignored.
 func MaskOf(states ...queue.State) StateMask {
 	var m StateMask
 	for _, s := range states {
-		if i := slices.Index(jobStates[:], s); i >= 0 {
+		if i := stateBit(s); i >= 0 {
 			m |= 1 << i
 		}
 	}
@@ -39,15 +48,15 @@ func MaskOf(states ...queue.State) StateMask {
 
 // Has reports whether the mask holds s.
 func (m StateMask) Has(s queue.State) bool {
-	i := slices.Index(jobStates[:], s)
+	i := stateBit(s)
 	return i >= 0 && m&(1<<i) != 0
 }
 
 // States returns the states of the mask, in the order of JobStates.
 func (m StateMask) States() []queue.State {
 	var out []queue.State
-	for i, s := range jobStates {
-		if m&(1<<i) != 0 {
+	for _, s := range jobStates {
+		if m.Has(s) {
 			out = append(out, s)
 		}
 	}
@@ -91,6 +100,7 @@ var (
 	sqlCompleted = sqlLit(queue.StateCompleted)
 	sqlDiscarded = sqlLit(queue.StateDiscarded)
 	sqlCancelled = sqlLit(queue.StateCancelled)
+	sqlPending   = sqlLit(queue.StatePending)
 
 	sqlEventRevoked       = sqlLit(queue.EventRevoked)
 	sqlEventStaleWrite    = sqlLit(queue.EventStaleWriteRejected)

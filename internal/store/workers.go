@@ -2,8 +2,11 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/fenceq/fenceq/queue"
 )
@@ -65,20 +68,37 @@ func ListWorkers(ctx context.Context, db queue.DBTX) ([]queue.WorkerInfo, error)
 }
 
 // SchemaVersion is the core schema version whose tables this engine writes: the hot set
-// and history of migration 000014.
-const SchemaVersion = 14
+// and history of migration 000014 and the pending state of 000015.
+const SchemaVersion = 15
 
-// CheckSchema returns an error naming the step to take when the schema on db's
-// search_path has no fenceq_jobs_hot: fenceq's tables there predate SchemaVersion (or are
-// not installed), and every statement of this engine would fail on them.
+// CheckSchema returns an error naming the step to take when the core schema on db's
+// search_path is older than SchemaVersion (or not installed, or left dirty by a failed
+// migration): statements of this engine would fail on it, or write states it forbids.
+// It reads the version fenceq's migrations record in fenceq_schema_migrations.
 func CheckSchema(ctx context.Context, db queue.DBTX) error {
-	var ok bool
-	if err := db.QueryRow(ctx, `SELECT to_regclass('fenceq_jobs_hot') IS NOT NULL`).Scan(&ok); err != nil {
+	var version int64
+	var dirty, found bool
+	err := db.QueryRow(ctx, `
+SELECT v.version, v.dirty, true FROM fenceq_schema_migrations v
+WHERE to_regclass('fenceq_schema_migrations') IS NOT NULL`).Scan(&version, &dirty, &found)
+	switch {
+	case err == nil:
+	case errors.Is(err, pgx.ErrNoRows):
+	case IsUndefinedTable(err):
+	default:
 		return fmt.Errorf("check fenceq's schema: %w", err)
 	}
-	if !ok {
-		return fmt.Errorf("fenceq's tables on this search_path are missing or predate core schema version %d "+
-			"(no fenceq_jobs_hot): run `fenceq migrate up` or migrations.Up first", SchemaVersion)
+	if !found {
+		return fmt.Errorf("fenceq's tables on this search_path are missing (no fenceq_schema_migrations): "+
+			"run `fenceq migrate up` or migrations.Up first (this engine needs core schema version %d)", SchemaVersion)
+	}
+	if dirty {
+		return fmt.Errorf("fenceq's core schema is dirty at version %d (a migration failed half-way): "+
+			"repair the schema by hand, then clear the dirty flag in fenceq_schema_migrations and run `fenceq migrate up`", version)
+	}
+	if version < SchemaVersion {
+		return fmt.Errorf("fenceq's core schema on this search_path is at version %d, this engine needs %d: "+
+			"run `fenceq migrate up` or migrations.Up first", version, SchemaVersion)
 	}
 	return nil
 }
