@@ -172,6 +172,16 @@ func ResumeQueue(ctx context.Context, db queue.DBTX, name string) error {
 	return store.SetQueuePaused(ctx, db, name, false)
 }
 
+// QueueExists reports whether a queue is in use: it has a settings row (AddQueue,
+// PauseQueue), a job in the hot set (unfinished, or finished and holding its unique
+// key), a registered worker that serves it, or a job that finished within
+// finishedWithin (0: finished jobs are not looked at, so the answer reads no history).
+// PauseQueue accepts a queue before its first job; a caller that must not create a
+// queue by pausing it asks this first.
+func QueueExists(ctx context.Context, db queue.DBTX, name string, finishedWithin time.Duration) (bool, error) {
+	return store.QueueExists(ctx, db, name, finishedWithin)
+}
+
 // AddQueue records a queue's settings row, so that it is listed, and can be paused,
 // before any job is enqueued in it (queue.ErrExists when it has one). Which queues a
 // worker serves is its own configuration (Config.Queues, Worker.AddQueue).

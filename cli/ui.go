@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -22,7 +23,9 @@ func uiCommand() *ucli.Command {
 		Description: "Queues, jobs and their lease timelines, workers, the outbox and idempotency keys, with\n" +
 			"the operator actions of `fenceq jobs`, `queues` and `outbox`. It serves loopback only\n" +
 			"unless --auth-basic or --auth-token is set (prefer the environment variables: flags\n" +
-			"show in the process list). --read-only hides every action.",
+			"show in the process list). Without auth it answers only to loopback host names and\n" +
+			"--allowed-hosts. --tls-cert and --tls-key serve HTTPS; behind a reverse proxy that\n" +
+			"terminates TLS, set --trust-proxy. --read-only hides every action.",
 		Flags: append(append(uiFlags(""), healthFlags()...),
 			append([]ucli.Flag{
 				&ucli.IntFlag{Name: "max-conns", Value: 4, Usage: "database connections of this process"},
@@ -47,21 +50,74 @@ func uiFlags(prefix string) []ucli.Flag {
 			Usage: "require this bearer token for the dashboard (browsers: any user name, the token as password)"},
 		&ucli.DurationFlag{Name: prefix + "refresh", Value: fenceqweb.DefaultRefreshInterval,
 			Usage: "how often dashboard pages refresh their data (at least 2s)"},
+		&ucli.StringSliceFlag{Name: prefix + "allowed-hosts",
+			Usage: "host names the dashboard answers to besides loopback ones, comma-separated or repeated: " +
+				"NAME (any port) or NAME:PORT; * allows any (without auth only loopback names are allowed)"},
+		&ucli.BoolFlag{Name: prefix + "trust-proxy",
+			Usage: "a reverse proxy in front of the dashboard sets X-Forwarded-Proto and X-Forwarded-For: honour them"},
+		&ucli.StringFlag{Name: prefix + "tls-cert", Usage: "serve the dashboard over HTTPS with this PEM certificate (with --" + prefix + "tls-key)"},
+		&ucli.StringFlag{Name: prefix + "tls-key", Usage: "the PEM private key of --" + prefix + "tls-cert"},
 	}
+}
+
+// credentialFlag refuses a password or token too short to withstand guessing.
+func credentialFlag(flag, env, what, secret string) error {
+	if n := len(secret); n < fenceqweb.MinCredentialLen {
+		return usageError{Err: fmt.Errorf("--%s (or %s): the %s is %d bytes; want at least %d, as a shorter one "+
+			"can be guessed by brute force (make one with `openssl rand -hex 16`)", flag, env, what, n, fenceqweb.MinCredentialLen)}
+	}
+	return nil
+}
+
+// dashboardTLS loads the certificate and key of --tls-cert and --tls-key (with the
+// prefix): both or neither.
+func dashboardTLS(c *ucli.Context, prefix string) (*tls.Config, error) {
+	cert, key := c.String(prefix+"tls-cert"), c.String(prefix+"tls-key")
+	switch {
+	case cert == "" && key == "":
+		return nil, nil
+	case cert == "" || key == "":
+		return nil, usageError{Err: fmt.Errorf("--%stls-cert and --%stls-key go together: set both or neither", prefix, prefix)}
+	}
+	pair, err := tls.LoadX509KeyPair(cert, key)
+	if err != nil {
+		return nil, usageError{Err: fmt.Errorf("--%stls-cert %s, --%stls-key %s: %w", prefix, cert, prefix, key, err)}
+	}
+	return &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}, nil
 }
 
 // newDashboard builds the dashboard from the flags with the given prefix.
 func newDashboard(c *ucli.Context, prefix string, pool *pgxpool.Pool, th health.Thresholds, log *slog.Logger) (*fenceqweb.Handler, error) {
 	cfg := fenceqweb.Config{DB: pool, ReadOnly: c.Bool(prefix + "read-only"), Health: th, Logger: log,
-		RefreshInterval: c.Duration(prefix + "refresh")}
+		RefreshInterval: c.Duration(prefix + "refresh"), TrustProxy: c.Bool(prefix + "trust-proxy")}
 	if s := c.String(prefix + "auth-basic"); s != "" {
 		a, err := fenceqweb.ParseBasicAuth(s)
 		if err != nil {
 			return nil, usageError{Err: fmt.Errorf("invalid --%sauth-basic (or FENCEQ_UI_BASIC_AUTH): want USER:PASSWORD", prefix)}
 		}
+		if err := credentialFlag(prefix+"auth-basic", "FENCEQ_UI_BASIC_AUTH", "password", a.Password); err != nil {
+			return nil, err
+		}
 		cfg.Auth = a
 	}
-	cfg.Auth.Token = c.String(prefix + "auth-token")
+	if tok := c.String(prefix + "auth-token"); tok != "" {
+		if err := credentialFlag(prefix+"auth-token", "FENCEQ_UI_TOKEN", "token", tok); err != nil {
+			return nil, err
+		}
+		cfg.Auth.Token = tok
+	}
+	for _, s := range c.StringSlice(prefix + "allowed-hosts") {
+		for _, host := range strings.Split(s, ",") {
+			if host = strings.TrimSpace(host); host != "" {
+				cfg.AllowedHosts = append(cfg.AllowedHosts, host)
+			}
+		}
+	}
+	tlsCfg, err := dashboardTLS(c, prefix)
+	if err != nil {
+		return nil, err
+	}
+	cfg.TLS = tlsCfg
 	h, err := fenceqweb.New(cfg)
 	if err != nil {
 		return nil, usageError{Err: fmt.Errorf("dashboard: %w", err)}
@@ -113,7 +169,11 @@ func uiAction(c *ucli.Context) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout(c), "fenceq dashboard on http://%s/ (%s%s)\n", srv.Addr, fenceqAuth(c, ""), readOnlyNote(c, ""))
+	scheme := "http"
+	if c.String("tls-cert") != "" {
+		scheme = "https"
+	}
+	fmt.Fprintf(stdout(c), "fenceq dashboard on %s://%s/ (%s%s)\n", scheme, srv.Addr, fenceqAuth(c, ""), readOnlyNote(c, ""))
 	select {
 	case <-c.Context.Done():
 		return srv.Stop(c.Duration("shutdown-timeout"))

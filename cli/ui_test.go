@@ -2,7 +2,18 @@ package cli_test
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -106,4 +117,97 @@ func TestWorkerServesTheDashboard(t *testing.T) {
 	})
 	r := b.run(t, "worker", "--ui-addr", ":0", "--id", "w2")
 	oneErrorLine(t, r, "--ui-addr :0: refusing to serve the dashboard")
+}
+
+// writeSelfSigned writes a self-signed certificate for 127.0.0.1 and its key, as PEM
+// files, and returns their paths and a pool that trusts the certificate.
+func writeSelfSigned(t *testing.T) (certFile, keyFile string, pool *x509.CertPool) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "fenceq test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool = x509.NewCertPool()
+	pool.AddCert(cert)
+	return certFile, keyFile, pool
+}
+
+// `fenceq ui --tls-cert --tls-key` serves HTTPS with a Secure __Host- session cookie;
+// the two flags go together and a bad pair is a usage error.
+func TestUIServesTLS(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cert, key, pool := writeSelfSigned(t)
+	oneErrorLine(t, b.run(t, "ui", "--addr", "127.0.0.1:0", "--tls-cert", cert), "--tls-cert and --tls-key go together")
+	oneErrorLine(t, b.run(t, "ui", "--addr", "127.0.0.1:0", "--tls-key", key), "--tls-cert and --tls-key go together")
+	oneErrorLine(t, b.run(t, "ui", "--addr", "127.0.0.1:0", "--tls-cert", key, "--tls-key", cert), "--tls-cert")
+	addr, _ := startUI(t, b, "ui", "--addr", "127.0.0.1:0", "--tls-cert", cert, "--tls-key", key)
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	res, err := client.Get("https://" + addr + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("GET over TLS: %d", res.StatusCode)
+	}
+	ck := res.Header.Get("Set-Cookie")
+	for _, want := range []string{"__Host-fenceq_session=", "Secure", "HttpOnly", "Path=/;"} {
+		if !strings.Contains(ck, want) {
+			t.Errorf("session cookie over TLS %q lacks %q", ck, want)
+		}
+	}
+}
+
+// Tokens and passwords shorter than 16 bytes are refused at start, saying why; a
+// foreign Host is refused by `fenceq ui` without auth, and --allowed-hosts admits one.
+func TestUIRefusesShortCredentialsAndForeignHosts(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, args := range [][]string{{"--auth-token", "tok-9f8e7d6c5b4"}, {"--auth-basic", "ops:fifteen-bytes"}} {
+		r := b.run(t, append([]string{"ui", "--addr", "127.0.0.1:0"}, args...)...)
+		oneErrorLine(t, r, "brute force")
+		if r.code != 2 || !strings.Contains(r.stderr, args[0]) {
+			t.Errorf("%v: exit %d, %q; want 2 naming the flag", args, r.code, r.stderr)
+		}
+	}
+	oneErrorLine(t, b.run(t, "ui", "--addr", "127.0.0.1:0", "--allowed-hosts", "http://dash.example.com"), "AllowedHosts")
+
+	addr, _ := startUI(t, b, "ui", "--addr", "127.0.0.1:0", "--allowed-hosts", "dash.example.com,ops.example.com:8443")
+	for host, want := range map[string]int{
+		"rebind.example": http.StatusMisdirectedRequest, "ops.example.com": http.StatusMisdirectedRequest,
+		"dash.example.com": http.StatusOK, "ops.example.com:8443": http.StatusOK, addr: http.StatusOK,
+	} {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/queues", nil)
+		req.Host = host
+		if got := status(t, req); got != want {
+			t.Errorf("GET for host %s: %d; want %d", host, got, want)
+		}
+	}
 }

@@ -40,7 +40,8 @@ func artifactsDir(t *testing.T) string {
 // background networking, component updates, sync or QUIC; every host name resolves
 // to nothing except 127.0.0.1, and any other address would go through a proxy on a
 // loopback port where nothing listens (Chromium sends loopback addresses direct).
-func newBrowser(t *testing.T) context.Context {
+// extra adds or overrides flags.
+func newBrowser(t *testing.T, extra ...chromedp.ExecAllocatorOption) context.Context {
 	t.Helper()
 	path := chromiumPath()
 	if _, err := os.Stat(path); err != nil {
@@ -61,6 +62,7 @@ func newBrowser(t *testing.T) context.Context {
 		chromedp.Flag("window-size", "1400,1000"),
 		chromedp.Flag("hide-scrollbars", true),
 	)
+	opts = append(opts, extra...)
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancelCtx := chromedp.NewContext(actx)
 	t.Cleanup(func() { cancelCtx(); cancelAlloc() })

@@ -1,6 +1,7 @@
 package fenceqweb
 
 import (
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -30,6 +31,14 @@ const (
 	DefaultRequestTimeout = 10 * time.Second
 	// MinSecretLen is the shortest Secret accepted.
 	MinSecretLen = 32
+	// MinCredentialLen is the shortest Auth.Password and Auth.Token accepted, in bytes: a
+	// shorter one is within reach of guessing by brute force.
+	MinCredentialLen = 16
+	// LoginFailureLimit failed logins from one client address within LoginFailureWindow
+	// make every further request from it get 429 until the window ends.
+	LoginFailureLimit = 5
+	// LoginFailureWindow is the period over which failed logins are counted.
+	LoginFailureWindow = time.Minute
 )
 
 // Config configures the dashboard.
@@ -43,6 +52,28 @@ type Config struct {
 	// application that mounts the handler guards it, or it serves loopback only
 	// (Listen refuses other addresses without Auth).
 	Auth Auth
+	// AllowedHosts are the names the dashboard answers to, beside the loopback ones
+	// (localhost, *.localhost, 127.0.0.0/8 and ::1, with any port), which it always
+	// answers to. A request whose Host header is not allowed gets 421 Misdirected Request
+	// before anything else happens. An entry is a host name or IP address, matched with
+	// any port ("dash.example.com", "10.0.0.5", "::1"), or one with a port, matched with
+	// that port only ("dash.example.com:8443", "[fd00::5]:8081"); names are compared
+	// without case and without a trailing dot. The entry "*" allows every host.
+	//
+	// Without Auth the Host header is always checked: a page of another site whose DNS
+	// name is rebound to 127.0.0.1 would otherwise drive the dashboard from the
+	// operator's browser. With Auth and no AllowedHosts every host is allowed: such a
+	// page gets 401, for the browser holds no credentials for its name. Defaults to none.
+	AllowedHosts []string
+	// TrustProxy says that a reverse proxy stands in front of the dashboard and sets
+	// X-Forwarded-Proto and X-Forwarded-For: the request counts as HTTPS when the last
+	// X-Forwarded-Proto value is https (the session cookie is then Secure), and the
+	// client address that failed logins are counted by is the last X-Forwarded-For
+	// entry. Without it both headers are ignored. Defaults to false.
+	TrustProxy bool
+	// TLS, when set, makes Listen serve HTTPS with it (see tls.Config; it needs a
+	// certificate). Defaults to none: plain HTTP.
+	TLS *tls.Config
 	// Secret keys the HMAC of the actions' tokens: at least MinSecretLen bytes. Set the
 	// same secret on every instance behind one address. Defaults to random bytes, new
 	// with each Handler (a restart makes open pages fetch a new token: their forms then
@@ -155,6 +186,17 @@ func (c Config) validate() error {
 		return invalid("Secret", "is %d bytes; want at least %d", len(c.Secret), MinSecretLen)
 	case (c.Auth.Username == "") != (c.Auth.Password == ""):
 		return invalid("Auth", "basic auth needs both a user name and a password")
+	case c.Auth.Password != "" && len(c.Auth.Password) < MinCredentialLen:
+		return invalid("Auth", "the password is %d bytes; want at least %d: a shorter one can be guessed by brute force",
+			len(c.Auth.Password), MinCredentialLen)
+	case c.Auth.Token != "" && len(c.Auth.Token) < MinCredentialLen:
+		return invalid("Auth", "the token is %d bytes; want at least %d: a shorter one can be guessed by brute force",
+			len(c.Auth.Token), MinCredentialLen)
+	case c.TLS != nil && len(c.TLS.Certificates) == 0 && c.TLS.GetCertificate == nil && c.TLS.GetConfigForClient == nil:
+		return invalid("TLS", "has no certificate (set Certificates or GetCertificate)")
+	}
+	if _, err := parseAllowedHosts(c.AllowedHosts); err != nil {
+		return err
 	}
 	if err := c.Health.Validate(); err != nil {
 		return fmt.Errorf("invalid Health: %w", err)

@@ -42,8 +42,28 @@
 // SameSite=Strict and HttpOnly) and pass net/http's cross-origin check, or it gets 403
 // and changes nothing. ReadOnly hides the forms and refuses every POST.
 //
-// Auth, when configured, is HTTP basic auth or a bearer token; Listen refuses an address
-// that is not loopback without it. Pages are html/template with every value escaped,
-// under a Content-Security-Policy that allows only the dashboard's own script and
-// stylesheet (no inline script or style).
+// Auth, when configured, is HTTP basic auth or a bearer token of at least
+// MinCredentialLen bytes; Listen refuses an address that is not loopback without it.
+// After LoginFailureLimit failed logins within LoginFailureWindow a client address gets
+// 429 with Retry-After until the window ends. Pages are html/template with every value
+// escaped, under a Content-Security-Policy that allows only the dashboard's own script
+// and stylesheet (no inline script or style).
+//
+// # Exposing it safely
+//
+// Every request whose Host header the dashboard does not answer to gets 421 before
+// anything else. Without Auth it answers only to loopback names (localhost,
+// *.localhost, 127.0.0.0/8, ::1) and Config.AllowedHosts: a page of another site whose
+// DNS name is rebound to 127.0.0.1 cannot drive it from an operator's browser. With Auth
+// and no AllowedHosts any host is allowed (such a page has no credentials), and
+// AllowedHosts, when set, is always enforced. An application that serves the handler
+// under its own name without Auth sets AllowedHosts to that name, or to "*" when it
+// checks Host itself.
+//
+// Three ways to reach it from elsewhere: keep it on loopback and forward a port; put it
+// behind a reverse proxy that terminates TLS, with Auth, TrustProxy (X-Forwarded-Proto
+// and the last X-Forwarded-For entry are then believed) and AllowedHosts naming the
+// proxy's host; or serve TLS itself with Config.TLS and Auth. Over HTTPS the session
+// cookie is Secure and named with the __Host- prefix. ReadOnly suits people who only
+// look.
 package fenceqweb

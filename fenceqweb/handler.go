@@ -14,12 +14,14 @@ import (
 
 // Handler is the dashboard. It is safe for concurrent use.
 type Handler struct {
-	cfg    Config
-	mux    *http.ServeMux
-	csrf   *csrf
-	origin *http.CrossOriginProtection
-	tmpl   *templates
-	static *staticFiles
+	cfg      Config
+	mux      *http.ServeMux
+	csrf     *csrf
+	origin   *http.CrossOriginProtection
+	hosts    *hostPolicy
+	throttle *loginThrottle
+	tmpl     *templates
+	static   *staticFiles
 }
 
 var _ http.Handler = (*Handler)(nil)
@@ -34,6 +36,10 @@ func New(cfg Config) (*Handler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fenceqweb: %w", err)
 	}
+	hosts, err := newHostPolicy(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("fenceqweb: %w", err)
+	}
 	tmpl, err := parseTemplates()
 	if err != nil {
 		return nil, fmt.Errorf("fenceqweb: %w", err)
@@ -43,7 +49,7 @@ func New(cfg Config) (*Handler, error) {
 		return nil, fmt.Errorf("fenceqweb: %w", err)
 	}
 	h := &Handler{cfg: cfg, mux: http.NewServeMux(), csrf: c, origin: http.NewCrossOriginProtection(),
-		tmpl: tmpl, static: st}
+		hosts: hosts, throttle: newLoginThrottle(), tmpl: tmpl, static: st}
 	h.mux.Handle("GET /static/{file}", st)
 	for _, s := range sections() {
 		s.routes(h, &router{h: h})
@@ -54,15 +60,47 @@ func New(cfg Config) (*Handler, error) {
 	return h, nil
 }
 
-// ServeHTTP implements http.Handler: auth, security headers, then the page or action.
+// ServeHTTP implements http.Handler: security headers, the Host check, the login
+// throttle and auth, then the page or action.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	setSecurityHeaders(w.Header())
-	if !h.cfg.Auth.authorized(r) {
-		w.Header().Set("WWW-Authenticate", `Basic realm="fenceq", charset="UTF-8"`)
-		http.Error(w, "authentication required", http.StatusUnauthorized)
+	if !h.hosts.allows(r) {
+		h.cfg.Logger.Warn("dashboard: request for a host that is not allowed refused", "host", r.Host,
+			"remote", r.RemoteAddr, "method", r.Method, "path", r.URL.Path)
+		http.Error(w, fmt.Sprintf("misdirected request: this dashboard does not answer to host %q "+
+			"(allow it with AllowedHosts, --allowed-hosts)", r.Host), http.StatusMisdirectedRequest)
+		return
+	}
+	if h.cfg.Auth.Configured() && !h.login(w, r) {
 		return
 	}
 	h.mux.ServeHTTP(w, r)
+}
+
+// login checks the request's credentials, refusing an address that failed too often
+// (429 with Retry-After) before looking at them; it answers the request itself and
+// returns false when it must go no further.
+func (h *Handler) login(w http.ResponseWriter, r *http.Request) bool {
+	addr := clientAddr(r, h.cfg.TrustProxy)
+	key := throttleKey(addr)
+	if wait := h.throttle.retryAfter(key); wait > 0 {
+		secs := int64((wait + time.Second - 1) / time.Second)
+		w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+		http.Error(w, fmt.Sprintf("too many failed logins from this address: try again in %d s", secs),
+			http.StatusTooManyRequests)
+		return false
+	}
+	if h.cfg.Auth.authorized(r) {
+		return true
+	}
+	// A request without credentials is a browser about to ask for them, not a failure.
+	if r.Header.Get("Authorization") != "" {
+		h.throttle.fail(key)
+		h.cfg.Logger.Warn("dashboard: login failed", "addr", addr, "method", r.Method, "path", r.URL.Path)
+	}
+	w.Header().Set("WWW-Authenticate", `Basic realm="fenceq", charset="UTF-8"`)
+	http.Error(w, "authentication required", http.StatusUnauthorized)
+	return false
 }
 
 // section is one page of the dashboard, in a file of its own: its entry in the
@@ -131,8 +169,11 @@ func (rt *router) action(pattern string, fn actionFunc) {
 			h.fail(w, r, &httpError{status: http.StatusForbidden, msg: "cross-origin request refused: " + err.Error()})
 			return
 		}
-		r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
-		if err := h.csrf.check(r); err != nil {
+		if err := readForm(w, r); err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		if err := h.csrf.check(r, h.secure(r)); err != nil {
 			h.fail(w, r, &httpError{status: http.StatusForbidden, msg: err.Error()})
 			return
 		}
@@ -158,6 +199,29 @@ func (rt *router) action(pattern string, fn actionFunc) {
 		w.Header().Set("Location", target)
 		w.WriteHeader(http.StatusSeeOther)
 	})
+}
+
+// maxFormBytes bounds the body of an action: its forms hold a token and a few fields.
+const maxFormBytes = 64 << 10
+
+// readForm reads an action's form, at most maxFormBytes of it: a larger body gets 413
+// and one that cannot be read 400, before the form is looked at.
+func readForm(w http.ResponseWriter, r *http.Request) error {
+	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
+	err := r.ParseForm()
+	if err == nil && strings.HasPrefix(r.Header.Get("Content-Type"), "multipart/form-data") {
+		err = r.ParseMultipartForm(maxFormBytes)
+	}
+	var tooBig *http.MaxBytesError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &tooBig):
+		return &httpError{status: http.StatusRequestEntityTooLarge,
+			msg: fmt.Sprintf("the form is larger than %d bytes", tooBig.Limit)}
+	default:
+		return &httpError{status: http.StatusBadRequest, msg: "the form cannot be read: " + err.Error()}
+	}
 }
 
 func (h *Handler) requestContext(r *http.Request) (context.Context, context.CancelFunc) {

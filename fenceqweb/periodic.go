@@ -84,6 +84,21 @@ func (h *Handler) triggerPeriodic(ctx context.Context, _ http.ResponseWriter, r 
 	if err != nil {
 		return nil, nil, err
 	}
+	// A schedule whose stored spec, zone or kind no longer holds (a row written by hand
+	// or by another version) enqueues nothing on its slots; running it by hand is
+	// refused as well, with the reason.
+	if s.Error != "" {
+		return nil, nil, &httpError{status: http.StatusConflict,
+			msg: fmt.Sprintf("schedule %s cannot run: its spec does not parse: %s", s.Name, s.Error)}
+	}
+	if err := queue.ValidateKind(s.Kind); err != nil {
+		return nil, nil, &httpError{status: http.StatusConflict,
+			msg: fmt.Sprintf("schedule %s cannot run: its kind is not valid: %v", s.Name, err)}
+	}
+	if err := queue.ValidateQueue(s.Queue); err != nil {
+		return nil, nil, &httpError{status: http.StatusConflict,
+			msg: fmt.Sprintf("schedule %s cannot run: its queue is not valid: %v", s.Name, err)}
+	}
 	if !confirmed(r) {
 		return nil, confirmPage("Trigger schedule", confirmData{
 			Heading: fmt.Sprintf("Run schedule %s now?", s.Name),

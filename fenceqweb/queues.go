@@ -83,8 +83,15 @@ func (h *Handler) queues(ctx context.Context, _ *http.Request) (*page, error) {
 func (h *Handler) pauseQueue(paused bool) actionFunc {
 	return func(ctx context.Context, _ http.ResponseWriter, r *http.Request) (*redirect, *page, error) {
 		name := r.PathValue("name")
-		if err := queue.ValidateQueue(name); err != nil {
+		// PauseQueue would create a settings row for any name; the dashboard acts only
+		// on queues in use (those its pages list), so a mistyped or forged URL creates
+		// no queue.
+		known, err := fenceq.QueueExists(ctx, h.cfg.DB, name, overviewWindow)
+		if err != nil {
 			return nil, nil, err
+		}
+		if !known {
+			return nil, nil, &httpError{status: http.StatusNotFound, msg: fmt.Sprintf("no queue %q: no job, worker or settings use it", name)}
 		}
 		if paused && !confirmed(r) {
 			return nil, confirmPage("Pause queue", confirmData{

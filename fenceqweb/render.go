@@ -124,7 +124,7 @@ func (h *Handler) render(w http.ResponseWriter, r *http.Request, p *page) {
 		Refresh: h.cfg.RefreshInterval.Milliseconds(), Static: h.static.urls, Zone: h.cfg.Location.String(), Data: p.data,
 	}
 	if !h.cfg.ReadOnly {
-		v.CSRF = h.csrf.token(h.csrf.session(w, r))
+		v.CSRF = h.csrf.token(h.csrf.session(w, r, h.secure(r)))
 	}
 	v.Flash = flashes[r.URL.Query().Get("flash")]
 	for _, s := range sections() {

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
+	"crypto/tls"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -33,12 +34,38 @@ func setSecurityHeaders(h http.Header) {
 	h.Set("Cross-Origin-Resource-Policy", "same-origin")
 }
 
-// Listen opens a TCP listener for the dashboard on addr (host:port). An address whose
-// host is not a loopback address (127.0.0.0/8, ::1, or a name that resolves to one
-// locally, such as localhost) is refused with ErrInsecureBind unless auth is
-// configured: an empty host or 0.0.0.0 listens on every interface.
+// Listen opens a TCP listener for the dashboard on addr (host:port), serving TLS with
+// Config.TLS when it is set. An address whose host is not a loopback address
+// (127.0.0.0/8, ::1, or a name that resolves to one locally, such as localhost) is
+// refused with ErrInsecureBind unless auth is configured: an empty host or 0.0.0.0
+// listens on every interface.
 func (h *Handler) Listen(addr string) (net.Listener, error) {
-	return listen(addr, h.cfg.Auth.Configured())
+	ln, err := listen(addr, h.cfg.Auth.Configured())
+	if err != nil {
+		return nil, err
+	}
+	if h.cfg.TLS != nil {
+		return tls.NewListener(ln, h.cfg.TLS.Clone()), nil
+	}
+	return ln, nil
+}
+
+// secure reports whether the request reached the dashboard over HTTPS: directly, or,
+// with TrustProxy, through a proxy that says so in X-Forwarded-Proto (its last value,
+// the one the proxy in front of the dashboard set or appended).
+func (h *Handler) secure(r *http.Request) bool {
+	if r.TLS != nil {
+		return true
+	}
+	if !h.cfg.TrustProxy {
+		return false
+	}
+	vs := r.Header.Values("X-Forwarded-Proto")
+	if len(vs) == 0 {
+		return false
+	}
+	parts := strings.Split(vs[len(vs)-1], ",")
+	return strings.EqualFold(strings.TrimSpace(parts[len(parts)-1]), "https")
 }
 
 func listen(addr string, auth bool) (net.Listener, error) {
@@ -91,11 +118,23 @@ func equal(a, b string) bool { return subtle.ConstantTimeCompare([]byte(a), []by
 // SameSite=Strict cookie on its first page; each form carries HMAC(secret, session id).
 // A POST must carry both, matching: a page of another site can neither read the cookie
 // nor compute the token, and a cookie planted by a sibling domain has no valid token.
+// Over HTTPS the cookie is Secure and named with the __Host- prefix, which browsers
+// accept only from a secure origin, for the whole host (Path=/) and with no Domain: a
+// plain-HTTP page or a sibling domain cannot set or overwrite it.
 const (
-	sessionCookie = "fenceq_session"
-	csrfField     = "csrf_token"
-	sessionBytes  = 32
+	sessionCookie       = "fenceq_session"
+	secureSessionCookie = "__Host-fenceq_session"
+	csrfField           = "csrf_token"
+	sessionBytes        = 32
 )
+
+// sessionCookieName is the session cookie's name for a request over HTTPS or not.
+func sessionCookieName(secure bool) string {
+	if secure {
+		return secureSessionCookie
+	}
+	return sessionCookie
+}
 
 // csrf issues and checks tokens.
 type csrf struct {
@@ -126,24 +165,29 @@ func validSession(s string) bool {
 }
 
 // session returns the request's session id, issuing a new one (and its cookie) when
-// the request has none.
-func (c *csrf) session(w http.ResponseWriter, r *http.Request) string {
-	if ck, err := r.Cookie(sessionCookie); err == nil && validSession(ck.Value) {
+// the request has none. secure says the request came over HTTPS.
+func (c *csrf) session(w http.ResponseWriter, r *http.Request, secure bool) string {
+	name := sessionCookieName(secure)
+	if ck, err := r.Cookie(name); err == nil && validSession(ck.Value) {
 		return ck.Value
 	}
 	b := make([]byte, sessionBytes)
 	_, _ = rand.Read(b) // crypto/rand.Read never fails on supported platforms
 	id := base64.RawURLEncoding.EncodeToString(b)
+	path := cookiePath(r)
+	if secure {
+		path = "/" // the __Host- prefix requires it
+	}
 	http.SetCookie(w, &http.Cookie{
-		Name: sessionCookie, Value: id, Path: cookiePath(r),
-		HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode,
+		Name: name, Value: id, Path: path,
+		HttpOnly: true, Secure: secure, SameSite: http.SameSiteStrictMode,
 	})
 	return id
 }
 
 // check reports why a POST must be refused, or nil when its token matches its session.
-func (c *csrf) check(r *http.Request) error {
-	ck, err := r.Cookie(sessionCookie)
+func (c *csrf) check(r *http.Request, secure bool) error {
+	ck, err := r.Cookie(sessionCookieName(secure))
 	if err != nil || !validSession(ck.Value) {
 		return errors.New("no dashboard session: reload the page and try again")
 	}

@@ -194,7 +194,9 @@ func TestReadOnlyHidesFormsAndRefusesPosts(t *testing.T) {
 
 func TestAuth(t *testing.T) {
 	t.Parallel()
-	b := setup(t, func(c *Config) { c.Auth = Auth{Username: "ops", Password: "s3cret", Token: "tok-123"} })
+	b := setup(t, func(c *Config) {
+		c.Auth = Auth{Username: "ops", Password: "s3cret-s3cret-s3cret", Token: "tok-123-tok-123-tok-123"}
+	})
 	try := func(set func(*http.Request)) int {
 		req, _ := http.NewRequest(http.MethodGet, b.url("/"), nil)
 		if set != nil {
@@ -210,12 +212,12 @@ func TestAuth(t *testing.T) {
 		set  func(*http.Request)
 		want int
 	}{
-		"basic":               {func(r *http.Request) { r.SetBasicAuth("ops", "s3cret") }, 200},
+		"basic":               {func(r *http.Request) { r.SetBasicAuth("ops", "s3cret-s3cret-s3cret") }, 200},
 		"basic wrong pass":    {func(r *http.Request) { r.SetBasicAuth("ops", "nope") }, 401},
-		"basic wrong user":    {func(r *http.Request) { r.SetBasicAuth("root", "s3cret") }, 401},
-		"bearer":              {func(r *http.Request) { r.Header.Set("Authorization", "Bearer tok-123") }, 200},
-		"bearer wrong":        {func(r *http.Request) { r.Header.Set("Authorization", "Bearer tok-124") }, 401},
-		"token as a password": {func(r *http.Request) { r.SetBasicAuth("anyone", "tok-123") }, 200},
+		"basic wrong user":    {func(r *http.Request) { r.SetBasicAuth("root", "s3cret-s3cret-s3cret") }, 401},
+		"bearer":              {func(r *http.Request) { r.Header.Set("Authorization", "Bearer tok-123-tok-123-tok-123") }, 200},
+		"bearer wrong":        {func(r *http.Request) { r.Header.Set("Authorization", "Bearer tok-124-tok-124-tok-124") }, 401},
+		"token as a password": {func(r *http.Request) { r.SetBasicAuth("anyone", "tok-123-tok-123-tok-123") }, 200},
 		"static needs auth":   {nil, 401},
 	} {
 		if got := try(c.set); got != c.want {

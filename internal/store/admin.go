@@ -217,6 +217,23 @@ func SetQueuePaused(ctx context.Context, db queue.DBTX, name string, paused bool
 	return nil
 }
 
+// QueueExists reports whether a queue is in use: it has a settings row, a job in the
+// hot set, a registered worker that serves it, or a job that finished within
+// finishedWithin (0: finished jobs are not looked at).
+func QueueExists(ctx context.Context, db queue.DBTX, name string, finishedWithin time.Duration) (bool, error) {
+	if err := queue.ValidateQueue(name); err != nil {
+		return false, err
+	}
+	if finishedWithin < 0 {
+		return false, invalid("finished_within", "%s is negative", finishedWithin)
+	}
+	var ok bool
+	if err := db.QueryRow(ctx, sqlQueueExists, name, micros(finishedWithin)).Scan(&ok); err != nil {
+		return false, fmt.Errorf("look up queue %q: %w", name, err)
+	}
+	return ok, nil
+}
+
 // ListQueues returns every queue that has settings or jobs.
 func ListQueues(ctx context.Context, db queue.DBTX) ([]queue.QueueInfo, error) {
 	rows, err := db.Query(ctx, sqlListQueues)

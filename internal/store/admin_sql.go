@@ -146,6 +146,17 @@ VALUES ($1, $2, CASE WHEN $2 THEN now() END, now())
 ON CONFLICT (name) DO UPDATE SET paused = EXCLUDED.paused, paused_at = EXCLUDED.paused_at,
     updated_at = EXCLUDED.updated_at`
 
+// sqlQueueExists: $1 queue, $2 how far back finished jobs count (µs; 0: not at all).
+// Finished jobs are found through the finished_at index within that window only; the
+// hot set, the settings and the workers are small.
+const sqlQueueExists = `
+SELECT EXISTS (SELECT 1 FROM fenceq_queues WHERE name = $1)
+    OR EXISTS (SELECT 1 FROM fenceq_jobs_hot WHERE queue = $1)
+    OR EXISTS (SELECT 1 FROM fenceq_workers WHERE $1 = ANY (queues))
+    OR ($2::bigint > 0 AND EXISTS (
+        SELECT 1 FROM fenceq_jobs_history
+        WHERE finished_at > now() - $2::bigint * interval '1 microsecond' AND queue = $1))`
+
 const sqlListQueues = `
 WITH counts AS MATERIALIZED (
     SELECT queue, state, count(*) AS n FROM fenceq_jobs GROUP BY queue, state),
