@@ -1,5 +1,4 @@
 DROP TABLE fenceq_audit;
-DROP INDEX fenceq_jobs_hot_state_idx;
 DROP INDEX fenceq_jobs_history_state_idx;
 DROP INDEX fenceq_jobs_hot_queue_idx;
 DROP INDEX fenceq_jobs_history_queue_idx;

@@ -11,9 +11,11 @@
 -- history, build them beforehand with CREATE INDEX CONCURRENTLY under these names
 -- (docs/operations.md, "Upgrading to schema version 18"): IF NOT EXISTS then skips them.
 
--- state: the finished states live in history; the hot set's partial indexes serve
--- running, due and available jobs for the engine, not in id order.
-CREATE INDEX IF NOT EXISTS fenceq_jobs_hot_state_idx ON fenceq_jobs_hot (state, id);
+-- state: history's finished states get an index in id order. The hot set gets none: its
+-- partial indexes serve each unfinished state (claim, due and lease indexes) and its
+-- finished jobs (fenceq_jobs_finished_idx, the search adds finished_at IS NOT NULL), and
+-- a (state, id) index there would be chosen over the primary key by the worker's fenced
+-- statements (WHERE id = $1 AND state = 'running'), which must find the row by its id.
 CREATE INDEX IF NOT EXISTS fenceq_jobs_history_state_idx ON fenceq_jobs_history (state, id);
 -- queue
 CREATE INDEX IF NOT EXISTS fenceq_jobs_hot_queue_idx ON fenceq_jobs_hot (queue, id);

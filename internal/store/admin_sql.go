@@ -36,7 +36,13 @@ func filterSQL(f *queue.JobFilter, beforeID int64, args []any) (string, []any) {
 		conds = append(conds, "id = ANY("+arg(f.IDs)+"::bigint[])")
 	}
 	if f.State != "" {
-		conds = append(conds, "state = "+arg(string(f.State))+"::text")
+		c := "state = " + arg(string(f.State)) + "::text"
+		if f.State.Final() {
+			// A finished job has finished_at: the hot set's index of finished jobs
+			// (fenceq_jobs_finished_idx) has this predicate.
+			c += " AND finished_at IS NOT NULL"
+		}
+		conds = append(conds, c)
 	}
 	if f.Queue != "" {
 		conds = append(conds, "queue = "+arg(f.Queue)+"::text")

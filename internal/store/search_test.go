@@ -68,8 +68,8 @@ func TestSearchFiltersUseTheirIndexes(t *testing.T) {
 		want    int
 	}{
 		{"state", queue.JobFilter{State: queue.StateCancelled}, "", "fenceq_jobs_history_state_idx", 20},
-		// The hot set's partial index of due jobs serves the retryable state as well.
-		{"state hot", queue.JobFilter{State: queue.StateRetryable}, "fenceq_jobs_hot_state_idx|fenceq_jobs_due_idx", "", 20},
+		// The hot set's partial index of due jobs serves the retryable state.
+		{"state hot", queue.JobFilter{State: queue.StateRetryable}, "fenceq_jobs_due_idx", "", 20},
 		{"queue", queue.JobFilter{Queue: "rareq"}, "fenceq_jobs_hot_queue_idx", "fenceq_jobs_history_queue_idx", 40},
 		{"kind", queue.JobFilter{Kind: "rarekind"}, "fenceq_jobs_hot_kind_idx", "fenceq_jobs_history_kind_idx", 40},
 		{"tag", queue.JobFilter{Tag: "raretag"}, "fenceq_jobs_tags_idx", "fenceq_jobs_history_tags_idx", 40},
