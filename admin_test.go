@@ -82,9 +82,13 @@ func TestBulkActionsByFilter(t *testing.T) {
 	ops := b.enqueueN(t, 5, func(i int) fenceq.JobArgs { return opArgs{N: i} })
 	others := b.enqueueN(t, 2, func(int) fenceq.JobArgs { return otherArgs{} })
 	held := b.claim(t, "stale-holder") // the oldest job: an op, now running under a lease
+	ctx := fenceq.WithActor(b.ctx, "cli:tester")
 
-	if _, err := fenceq.CancelJobs(b.ctx, b.db.Pool, queue.ListParams{}, ""); !errors.Is(err, fenceq.ErrEmptyFilter) {
+	if _, err := fenceq.CancelJobs(ctx, b.db.Pool, queue.JobFilter{}, nil); !errors.Is(err, fenceq.ErrEmptyFilter) {
 		t.Fatalf("cancel with an empty filter: %v, want ErrEmptyFilter", err)
+	}
+	if _, err := fenceq.CancelJobs(ctx, b.db.Pool, queue.JobFilter{Kind: "op"}, &fenceq.BulkOptions{BatchSize: -1}); !errors.Is(err, queue.ErrInvalid) {
+		t.Fatalf("cancel with a negative batch size: %v, want ErrInvalid", err)
 	}
 	for _, id := range append(slices.Clone(ops), others...) {
 		if j, err := fenceq.GetJob(b.ctx, b.db.Pool, id); err != nil || j.State.Final() {
@@ -92,14 +96,14 @@ func TestBulkActionsByFilter(t *testing.T) {
 		}
 	}
 
-	// Two jobs a page, so the action must page through the filter's matches.
-	res, err := fenceq.CancelJobs(b.ctx, b.db.Pool, queue.ListParams{Kind: "op", Limit: 2}, "bulk")
+	// Two jobs a batch, so the action must page through the filter's matches.
+	res, err := fenceq.CancelJobs(ctx, b.db.Pool, queue.JobFilter{Kind: "op"}, &fenceq.BulkOptions{BatchSize: 2, Reason: "bulk"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	slices.Sort(res.Changed)
-	if res.Matched != len(ops) || res.Skipped != 0 || !slices.Equal(res.Changed, ops) {
-		t.Fatalf("cancel kind op: %+v, want all of %v changed", res, ops)
+	if res.Matched != len(ops) || res.Skipped != 0 || !slices.Equal(res.Changed, ops) || res.Batches != 3 {
+		t.Fatalf("cancel kind op: %+v, want all of %v changed in 3 batches", res, ops)
 	}
 	for _, id := range ops {
 		j, err := fenceq.GetJob(b.ctx, b.db.Pool, id)
@@ -117,20 +121,49 @@ func TestBulkActionsByFilter(t *testing.T) {
 	if err := store.Complete(b.ctx, b.db.Pool, store.LeaseOf(held)); !errors.Is(err, queue.ErrLeaseLost) {
 		t.Fatalf("the stale holder's completion after a bulk cancel: %v, want ErrLeaseLost", err)
 	}
+	// One audit record per batch, naming the jobs it changed, the filter and the actor.
+	recs, err := fenceq.ListAudit(b.ctx, b.db.Pool, queue.AuditParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var audited []int64
+	for _, r := range recs {
+		if r.Action != queue.AuditCancel || r.Actor != "cli:tester" || r.Filter == nil || r.Filter.Kind != "op" {
+			t.Fatalf("audit record %+v", r)
+		}
+		audited = append(audited, r.JobIDs...)
+	}
+	slices.Sort(audited)
+	if len(recs) != 3 || !slices.Equal(audited, ops) {
+		t.Fatalf("%d audit records naming %v; want 3 naming %v", len(recs), audited, ops)
+	}
+	if recs, err := fenceq.ListAudit(b.ctx, b.db.Pool, queue.AuditParams{JobID: held.ID}); err != nil || len(recs) != 1 {
+		t.Fatalf("audit records of job %d: %+v, %v", held.ID, recs, err)
+	}
 
 	// A second cancel finds the same jobs, all finished now: skipped, not errors.
-	res, err = fenceq.CancelJobs(b.ctx, b.db.Pool, queue.ListParams{Kind: "op"}, "")
+	res, err = fenceq.CancelJobs(ctx, b.db.Pool, queue.JobFilter{Kind: "op"}, nil)
 	if err != nil || res.Matched != len(ops) || res.Skipped != len(ops) || len(res.Changed) != 0 {
 		t.Fatalf("cancel finished jobs: %+v, %v", res, err)
 	}
 
-	res, err = fenceq.RetryJobs(b.ctx, b.db.Pool, queue.ListParams{State: queue.StateCancelled})
-	if err != nil || len(res.Changed) != len(ops) {
-		t.Fatalf("retry the cancelled jobs: %+v, %v", res, err)
+	// Retry only what was counted: UpToID leaves out the newer jobs.
+	n, upTo, err := fenceq.CountMatching(b.ctx, b.db.Pool, queue.JobFilter{State: queue.StateCancelled}, 0, 0)
+	if err != nil || n != len(ops) || upTo != ops[len(ops)-1] {
+		t.Fatalf("count cancelled: %d up to %d, %v", n, upTo, err)
 	}
-	res, err = fenceq.DeleteJobs(b.ctx, b.db.Pool, queue.ListParams{Kind: "other"})
+	res, err = fenceq.RetryJobs(ctx, b.db.Pool, queue.JobFilter{State: queue.StateCancelled}, &fenceq.BulkOptions{UpToID: ops[2]})
+	if err != nil || len(res.Changed) != 3 {
+		t.Fatalf("retry the cancelled jobs up to %d: %+v, %v", ops[2], res, err)
+	}
+	res, err = fenceq.RetryJobs(ctx, b.db.Pool, queue.JobFilter{State: queue.StateCancelled}, nil)
+	if err != nil || len(res.Changed) != 2 {
+		t.Fatalf("retry the other cancelled jobs: %+v, %v", res, err)
+	}
+	// Selected jobs: by id.
+	res, err = fenceq.DeleteJobs(ctx, b.db.Pool, queue.JobFilter{IDs: others}, nil)
 	if err != nil || len(res.Changed) != len(others) {
-		t.Fatalf("delete kind other: %+v, %v", res, err)
+		t.Fatalf("delete the other jobs by id: %+v, %v", res, err)
 	}
 	page, err := fenceq.ListJobs(b.ctx, b.db.Pool, queue.ListParams{})
 	if err != nil {
@@ -143,6 +176,89 @@ func TestBulkActionsByFilter(t *testing.T) {
 		if j.Kind != "op" || j.State != queue.StateAvailable {
 			t.Fatalf("job %d after the bulk actions: %s %s", j.ID, j.Kind, j.State)
 		}
+	}
+	// A bulk action that changes nothing is recorded once, with what it found.
+	before, _ := fenceq.ListAudit(b.ctx, b.db.Pool, queue.AuditParams{Limit: 1})
+	res, err = fenceq.DeleteJobs(ctx, b.db.Pool, queue.JobFilter{Kind: "nothing"}, nil)
+	if err != nil || res.Matched != 0 {
+		t.Fatalf("delete kind nothing: %+v, %v", res, err)
+	}
+	after, _ := fenceq.ListAudit(b.ctx, b.db.Pool, queue.AuditParams{Limit: 1})
+	if len(after) != 1 || after[0].ID == before[0].ID || after[0].Action != queue.AuditDelete || len(after[0].JobIDs) != 0 {
+		t.Fatalf("audit of a bulk action that changed nothing: %+v", after)
+	}
+}
+
+// A job that changed after its batch listed it and no longer matches the filter is
+// left alone: each batch locks its jobs and checks the filter again.
+func TestBulkActionRechecksTheFilter(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := b.enqueueN(t, 3, func(i int) fenceq.JobArgs { return opArgs{N: i} })
+	// Cancel the available jobs among all three ids: the one claimed meanwhile is
+	// running and is not touched.
+	held := b.claim(t, "holder")
+	res, err := fenceq.CancelJobs(b.ctx, b.db.Pool, queue.JobFilter{IDs: ids, State: queue.StateAvailable}, nil)
+	if err != nil || len(res.Changed) != 2 || slices.Contains(res.Changed, held.ID) {
+		t.Fatalf("cancel available: %+v, %v", res, err)
+	}
+	if j, err := fenceq.GetJob(b.ctx, b.db.Pool, held.ID); err != nil || j.State != queue.StateRunning || j.LeaseGen != held.LeaseGen {
+		t.Fatalf("the running job after a cancel of available jobs: %+v, %v", j, err)
+	}
+	recs, err := fenceq.ListAudit(b.ctx, b.db.Pool, queue.AuditParams{})
+	if err != nil || len(recs) != 1 || recs[0].Actor != "api" || len(recs[0].JobIDs) != 2 {
+		t.Fatalf("audit: %+v, %v", recs, err)
+	}
+}
+
+// Every single-job and queue action writes its audit record with the action.
+func TestOperatorActionsAreAudited(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := fenceq.WithActor(b.ctx, "dashboard:alice")
+	ids := b.enqueueN(t, 1, func(i int) fenceq.JobArgs { return opArgs{N: i} })
+	if _, err := fenceq.CancelJob(ctx, b.db.Pool, ids[0], "no longer needed"); err != nil {
+		t.Fatal(err)
+	}
+	// A refused action writes nothing.
+	if _, err := fenceq.CancelJob(ctx, b.db.Pool, ids[0], ""); !errors.Is(err, queue.ErrWrongState) {
+		t.Fatalf("cancel a cancelled job: %v", err)
+	}
+	if _, err := fenceq.RetryJob(ctx, b.db.Pool, ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	if err := fenceq.PauseQueue(ctx, b.db.Pool, "mail"); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := fenceq.ListAudit(b.ctx, b.db.Pool, queue.AuditParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []queue.AuditAction{queue.AuditPauseQueue, queue.AuditRetry, queue.AuditCancel}
+	if len(recs) != len(want) {
+		t.Fatalf("%d audit records, want %d: %+v", len(recs), len(want), recs)
+	}
+	for i, r := range recs {
+		if r.Action != want[i] || r.Actor != "dashboard:alice" {
+			t.Fatalf("record %d: %+v, want %s by dashboard:alice", i, r, want[i])
+		}
+	}
+	if !slices.Equal(recs[0].Names, []string{"mail"}) || !slices.Equal(recs[2].JobIDs, ids) || recs[2].Detail != "no longer needed" {
+		t.Fatalf("records: %+v", recs)
+	}
+	// In the caller's transaction, a rollback takes the action and its record back.
+	tx, err := b.db.Pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fenceq.CancelJob(ctx, tx, ids[0], ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Rollback(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := fenceq.ListAudit(b.ctx, b.db.Pool, queue.AuditParams{}); len(again) != len(want) {
+		t.Fatalf("after a rolled back cancel: %d records, want %d", len(again), len(want))
 	}
 }
 

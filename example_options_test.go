@@ -77,7 +77,7 @@ func ExampleInsertOpts_tags() {
 			log.Fatal(err)
 		}
 	}
-	jobs, err := store.ListJobs(ctx, pool, queue.ListParams{Tag: "tenant-42"})
+	jobs, err := store.ListJobs(ctx, pool, queue.ListParams{JobFilter: queue.JobFilter{Tag: "tenant-42"}})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -57,7 +57,7 @@ func TestWorkerLeavesUnknownKindsAlone(t *testing.T) {
 	if j.State != queue.StateAvailable || j.Attempt != 0 || j.LeaseGen != 0 || len(j.Errors) != 0 {
 		t.Fatalf("ghost job after the old worker: %s attempt %d gen %d errors %v; want it untouched", j.State, j.Attempt, j.LeaseGen, j.Errors)
 	}
-	unknown, err := store.ListJobs(b.ctx, b.db.Pool, queue.ListParams{UnknownKinds: true})
+	unknown, err := store.ListJobs(b.ctx, b.db.Pool, queue.ListParams{JobFilter: queue.JobFilter{UnknownKinds: true}})
 	if err != nil || len(unknown) != 1 || unknown[0].ID != ghost.Job.ID {
 		t.Fatalf("unknown kinds: %v %v, want the ghost job", unknown, err)
 	}

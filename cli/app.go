@@ -14,10 +14,22 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/user"
 	"strings"
 
 	ucli "github.com/urfave/cli/v2"
+
+	"github.com/fenceq/fenceq"
 )
+
+// cliActor names the CLI's operator actions in the audit trail: "cli:" and the OS
+// user, or "cli" when the user cannot be told.
+func cliActor() string {
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		return "cli:" + u.Username
+	}
+	return "cli"
+}
 
 // DefaultDatabaseURL is the database used when neither --database-url nor DATABASE_URL
 // is given: the local server.
@@ -126,6 +138,9 @@ func Run(ctx context.Context, app *ucli.App, args []string) int {
 	errw := app.ErrWriter
 	if errw == nil {
 		errw = os.Stderr
+	}
+	if fenceq.ActorFrom(ctx) == "api" {
+		ctx = fenceq.WithActor(ctx, cliActor())
 	}
 	err := app.RunContext(ctx, reorderArgs(app, args))
 	if err == nil {

@@ -18,33 +18,25 @@ import (
 func jobsCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:  "jobs",
-		Usage: "list, show, retry, cancel or requeue jobs",
+		Usage: "list, show, retry, cancel, requeue or delete jobs, one by id or every one a filter matches",
 		Subcommands: []*ucli.Command{
 			{
-				Name:  "list",
-				Usage: "list the newest jobs",
-				Flags: []ucli.Flag{
-					&ucli.StringFlag{Name: "state", Usage: "only this state: " + stateNames()},
-					&ucli.StringFlag{Name: "queue", Usage: "only this queue"},
-					&ucli.StringFlag{Name: "kind", Usage: "only this kind"},
-					&ucli.StringFlag{Name: "tag", Usage: "only jobs with this tag"},
-					&ucli.BoolFlag{Name: "unknown-kinds", Usage: "only waiting jobs that no live worker of their queue has a handler for"},
-					&ucli.DurationFlag{Name: "live-within", Value: queue.DefaultLiveWithin,
-						Usage: "with --unknown-kinds: a worker is live if it heartbeated within this"},
-					&ucli.IntFlag{Name: "limit", Value: 50, Usage: "at most this many jobs"},
-				},
+				Name:   "list",
+				Usage:  "list the newest jobs matching the filter flags, over the whole history",
+				Flags:  append(filterFlags(), &ucli.IntFlag{Name: "limit", Value: 50, Usage: "at most this many jobs"}, &ucli.Int64Flag{Name: "before", Usage: "only jobs with an id below this (the next page)"}),
 				Action: jobsList,
 			},
-			{Name: "show", Usage: "show one job, its errors and its lease events", ArgsUsage: "ID", Action: jobsShow},
-			{Name: "retry", Usage: "run a finished, retryable or scheduled job again now", ArgsUsage: "ID",
-				Action: jobsAdmin("retry", fenceq.RetryJob)},
-			{Name: "cancel", Usage: "cancel an unfinished job (a running job's lease is revoked)", ArgsUsage: "ID",
-				Action: jobsAdmin("cancel", func(ctx context.Context, db queue.DBTX, id int64) (*queue.JobRow, error) {
+			{Name: "show", Usage: "show one job, its errors, its lease events and the operator actions that named it", ArgsUsage: "ID", Action: jobsShow},
+			bulkCommand("retry", "run a finished, retryable or scheduled job again now", fenceq.RetryJob, fenceq.RetryJobs),
+			bulkCommand("cancel", "cancel an unfinished job (a running job's lease is revoked)",
+				func(ctx context.Context, db queue.DBTX, id int64) (*queue.JobRow, error) {
 					return fenceq.CancelJob(ctx, db, id, "")
-				})},
-			{Name: "requeue", Usage: "force a job of any state back to available; a running job's lease is revoked " +
-				"(its generation bumped) so its holder can write nothing more", ArgsUsage: "ID",
-				Action: jobsAdmin("requeue", fenceq.RequeueJob)},
+				}, func(ctx context.Context, db queue.Beginner, f queue.JobFilter, o *fenceq.BulkOptions) (*fenceq.BulkResult, error) {
+					return fenceq.CancelJobs(ctx, db, f, o)
+				}),
+			bulkCommand("requeue", "force a job of any state back to available; a running job's lease is revoked "+
+				"(its generation bumped) so its holder can write nothing more", fenceq.RequeueJob, fenceq.RequeueJobs),
+			bulkCommand("delete", "delete a job that is not running", fenceq.DeleteJob, fenceq.DeleteJobs),
 		},
 	}
 }
@@ -95,45 +87,26 @@ func jobError(op string, id int64, err error) error {
 }
 
 func jobsList(c *ucli.Context) error {
-	if err := needArgs(c, 0, 0, "[--state S] [--queue Q] [--kind K] [--tag T] [--unknown-kinds] [--limit N]"); err != nil {
+	if err := needArgs(c, 0, 0, "[filter flags] [--limit N] [--before ID]"); err != nil {
 		return err
 	}
-	if t := c.String("tag"); t != "" {
-		if err := queue.ValidateName("--tag", t, queue.MaxTagLen); err != nil {
-			return usageError{Err: err}
-		}
-	}
-	// A queue or kind no job can have is a mistake in the command line, not a filter
-	// that matches nothing (and text PostgreSQL cannot hold would fail the query).
-	if q := c.String("queue"); q != "" {
-		if err := queue.ValidateName("--queue", q, queue.MaxQueueLen); err != nil {
-			return usageError{Err: err}
-		}
-	}
-	if k := c.String("kind"); k != "" {
-		if err := queue.ValidateName("--kind", k, queue.MaxKindLen); err != nil {
-			return usageError{Err: err}
-		}
-	}
-	if err := positiveDurations(c, "live-within"); err != nil {
+	f, err := parseFilter(c)
+	if err != nil {
 		return err
-	}
-	st := queue.State(c.String("state"))
-	if st != "" && !st.Valid() {
-		return usageError{Err: fmt.Errorf("invalid --state %q: want one of %s", st, stateNames())}
 	}
 	limit, err := listLimit(c)
 	if err != nil {
 		return err
+	}
+	if c.Int64("before") < 0 {
+		return usageError{Err: fmt.Errorf("invalid --before %d: want a job id", c.Int64("before"))}
 	}
 	pool, err := openSchema(c, 2)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	page, err := fenceq.ListJobs(c.Context, pool, queue.ListParams{State: st, Queue: c.String("queue"),
-		Kind: c.String("kind"), Tag: c.String("tag"), UnknownKinds: c.Bool("unknown-kinds"),
-		LiveWithin: c.Duration("live-within"), Limit: limit})
+	page, err := fenceq.ListJobs(c.Context, pool, queue.ListParams{JobFilter: f, BeforeID: c.Int64("before"), Limit: limit})
 	if err != nil {
 		return err
 	}
@@ -148,17 +121,29 @@ func jobsList(c *ucli.Context) error {
 		}
 		rows := make([][]string, 0, len(jobs))
 		for _, j := range jobs {
+			last := ""
+			if len(j.Errors) > 0 {
+				last = j.Errors[len(j.Errors)-1].Error
+			}
 			rows = append(rows, []string{strconv.FormatInt(j.ID, 10), j.Kind, j.Queue, string(j.State),
 				fmt.Sprintf("%d/%d", j.Attempt, j.MaxAttempts), strconv.FormatInt(j.LeaseGen, 10),
-				fmtTime(&j.RunAt), fmtStr(j.LeasedBy), truncate(string(j.EncodedArgs), 40)})
+				fmtTime(&j.RunAt), fmtStr(j.LeasedBy), truncate(string(j.EncodedArgs), 40), orDash(truncate(oneLine(last), 50))})
 		}
-		return table(w, []string{"ID", "KIND", "QUEUE", "STATE", "ATTEMPT", "GEN", "RUN_AT", "LEASED_BY", "ARGS"}, rows)
+		if err := table(w, []string{"ID", "KIND", "QUEUE", "STATE", "ATTEMPT", "GEN", "RUN_AT", "LEASED_BY", "ARGS", "LAST_ERROR"}, rows); err != nil {
+			return err
+		}
+		if page.Next != 0 {
+			_, err := fmt.Fprintf(w, "older jobs: --before %d\n", page.Next)
+			return err
+		}
+		return nil
 	})
 }
 
 type jobDetail struct {
 	*queue.JobRow
-	LeaseEvents []queue.LeaseEvent `json:"lease_events"`
+	LeaseEvents []queue.LeaseEvent  `json:"lease_events"`
+	Audit       []queue.AuditRecord `json:"audit"`
 }
 
 func jobsShow(c *ucli.Context) error {
@@ -182,7 +167,14 @@ func jobsShow(c *ucli.Context) error {
 	if events == nil {
 		events = []queue.LeaseEvent{}
 	}
-	return output(c, jobDetail{JobRow: j, LeaseEvents: events}, func(w io.Writer) error {
+	audit, err := fenceq.ListAudit(c.Context, pool, queue.AuditParams{JobID: id, Limit: 50})
+	if err != nil {
+		return err
+	}
+	if audit == nil {
+		audit = []queue.AuditRecord{}
+	}
+	return output(c, jobDetail{JobRow: j, LeaseEvents: events, Audit: audit}, func(w io.Writer) error {
 		printJob(w, j)
 		if len(j.Errors) > 0 {
 			fmt.Fprintln(w, "\nerrors:")
@@ -204,7 +196,22 @@ func jobsShow(c *ucli.Context) error {
 				rows = append(rows, []string{fmtTime(&at), string(e.Kind), strconv.FormatInt(e.LeaseGen, 10),
 					fmtStr(e.WorkerID), truncate(fmtStr(e.Detail), 80)})
 			}
-			return table(w, []string{"AT", "EVENT", "GEN", "WORKER", "DETAIL"}, rows)
+			if err := table(w, []string{"AT", "EVENT", "GEN", "WORKER", "DETAIL"}, rows); err != nil {
+				return err
+			}
+		}
+		if len(audit) > 0 {
+			fmt.Fprintln(w, "\noperator actions:")
+			rows := make([][]string, 0, len(audit))
+			for _, a := range audit {
+				at := a.At
+				scope := "this job"
+				if a.Filter != nil {
+					scope = fmt.Sprintf("bulk: %d changed of %d", len(a.JobIDs), a.Matched)
+				}
+				rows = append(rows, []string{fmtTime(&at), a.Actor, string(a.Action), scope, orDash(truncate(a.Detail, 60))})
+			}
+			return table(w, []string{"AT", "WHO", "ACTION", "SCOPE", "DETAIL"}, rows)
 		}
 		return nil
 	})
@@ -287,7 +294,7 @@ func jobsAdmin(op string, fn adminFunc) ucli.ActionFunc {
 		}
 		res := adminResult{Before: before, After: after, Revoked: after.LeaseGen != before.LeaseGen}
 		return output(c, res, func(w io.Writer) error {
-			past := map[string]string{"retry": "retried", "cancel": "cancelled", "requeue": "requeued"}[op]
+			past := pastTense[op]
 			msg := fmt.Sprintf("job %d %s: %s → %s", id, past, before.State, after.State)
 			if res.Revoked {
 				msg += fmt.Sprintf("; lease of %s revoked (generation %d → %d): its writes are rejected from now on",

@@ -2,6 +2,7 @@ package cli_test
 
 import (
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -114,7 +115,7 @@ func TestJobsListShowRetryCancel(t *testing.T) {
 	if !strings.HasPrefix(out, "ID  KIND") || !strings.Contains(out, "sleep  slow") {
 		t.Errorf("table:\n%s", out)
 	}
-	oneErrorLine(t, b.run(t, "jobs", "list", "--state", "done"), `invalid --state "done"`)
+	oneErrorLine(t, b.run(t, "jobs", "list", "--state", "done"), `invalid --state: "done" is not a job state`)
 	oneErrorLine(t, b.run(t, "enqueue", "noop", "--in", "-5m"), "invalid --in -5m0s: must not be negative")
 	for _, n := range []string{"0", "-1", "100001", "9223372036854775807"} {
 		r := b.run(t, "jobs", "list", "--limit", n)
@@ -295,5 +296,63 @@ func TestJobsShowOutput(t *testing.T) {
 	b.okJSON(t, &shown, "jobs", "show", id)
 	if len(shown.Output) != 1 || shown.Output["invoice_id"] != 42 {
 		t.Errorf("show --json: output %v, want invoice_id 42", shown.Output)
+	}
+}
+
+// Bulk actions by filter: they refuse without --yes when nobody can answer, act in
+// batches with --yes, and every changed job names the action in `jobs show`.
+func TestJobsBulkByFilter(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var mails []queue.JobRow
+	for i := range 3 {
+		mails = append(mails, b.enqueue(t, "noop", "--args", fmt.Sprintf(`{"to": "m%d@example.com", "batch": 7}`, i), "--queue", "mail"))
+	}
+	other := b.enqueue(t, "noop")
+
+	r := b.run(t, "jobs", "cancel", "--queue", "mail")
+	oneErrorLine(t, r, "3 jobs match; refusing to cancel them without confirmation: stdin is not a terminal, pass --yes")
+	if r.code != 2 {
+		t.Errorf("exit %d, want 2", r.code)
+	}
+	oneErrorLine(t, b.run(t, "jobs", "cancel"), "needs a job ID or at least one filter flag")
+	oneErrorLine(t, b.run(t, "jobs", "cancel", "1", "--queue", "mail"), "give a job ID or filter flags, not both (--queue)")
+	oneErrorLine(t, b.run(t, "jobs", "cancel", "--args", "[1]", "--yes"), "invalid --args")
+	oneErrorLine(t, b.run(t, "jobs", "list", "--created-after", "yesterday"), "invalid --created-after")
+	var listed []queue.JobRow
+	b.okJSON(t, &listed, "jobs", "list", "--args", `{"batch": 7}`)
+	if len(listed) != 3 {
+		t.Fatalf("jobs list --args: %d jobs, want 3", len(listed))
+	}
+
+	var res struct {
+		Matched int     `json:"matched"`
+		Changed []int64 `json:"changed"`
+		Batches int     `json:"batches"`
+	}
+	b.okJSON(t, &res, "jobs", "cancel", "--args", `{"batch": 7}`, "--yes", "--batch-size", "2")
+	if res.Matched != 3 || len(res.Changed) != 3 || res.Batches != 2 {
+		t.Fatalf("bulk cancel: %+v", res)
+	}
+	var shown struct {
+		State queue.State         `json:"state"`
+		Audit []queue.AuditRecord `json:"audit"`
+	}
+	b.okJSON(t, &shown, "jobs", "show", strconv.FormatInt(mails[0].ID, 10))
+	if shown.State != queue.StateCancelled || len(shown.Audit) != 1 || shown.Audit[0].Action != queue.AuditCancel ||
+		!strings.HasPrefix(shown.Audit[0].Actor, "cli") || shown.Audit[0].Filter == nil {
+		t.Fatalf("job %d after the bulk cancel: %+v", mails[0].ID, shown)
+	}
+	if out := b.ok(t, "jobs", "show", strconv.FormatInt(mails[0].ID, 10)); !strings.Contains(out, "operator actions:") {
+		t.Errorf("show lists no operator actions:\n%s", out)
+	}
+	b.okJSON(t, &shown, "jobs", "show", strconv.FormatInt(other.ID, 10))
+	if shown.State != queue.StateAvailable || len(shown.Audit) != 0 {
+		t.Fatalf("a job of another queue after the bulk cancel: %+v", shown)
+	}
+	// Delete the cancelled ones by state; the available job stays.
+	b.okJSON(t, &res, "jobs", "delete", "--state", "cancelled", "--yes")
+	if len(res.Changed) != 3 || countJobs(t, b) != 1 {
+		t.Fatalf("bulk delete: %+v, %d jobs left", res, countJobs(t, b))
 	}
 }

@@ -250,3 +250,66 @@ func TestBrowser(t *testing.T) {
 	shot("queues.png", "")
 	t.Logf("screenshots in %s", dir)
 }
+
+// TestBrowserBulkActionByFilter drives a bulk cancel by filter end to end in Chromium:
+// filter the job list, ask to cancel all, read the count on the confirmation page,
+// confirm, and find the jobs cancelled and the action in the audit trail.
+func TestBrowserBulkActionByFilter(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := newBrowser(t)
+	var reports []int64
+	for i := range 4 {
+		j := b.insert(t, store.InsertParams{Queue: "reports", Kind: "report.build", Args: []byte(fmt.Sprintf(`{"month": %d}`, i+1))})
+		reports = append(reports, j.ID)
+	}
+	other := b.insert(t, store.InsertParams{Queue: "reports", Kind: "report.mail"})
+	run := func(what string, steps ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(ctx, steps...); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	run("filter the job list", chromedp.Navigate(b.url("/jobs?kind=report.build")),
+		chromedp.WaitVisible(chromedp.CSS(`#bulk-filter button[value="cancel"]`)))
+	run("cancel all", chromedp.Click(chromedp.CSS(`#bulk-filter button[value="cancel"]`)),
+		chromedp.WaitVisible(chromedp.CSS("#bulk-confirm")))
+	count, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(".bulk-count")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.TrimSpace(count) != "4" {
+		t.Fatalf("the confirmation page counts %q jobs; want 4", count)
+	}
+	// Nothing has changed before the confirmation.
+	if j, err := store.GetJob(b.ctx, b.db.Pool, reports[0]); err != nil || j.State != queue.StateAvailable {
+		t.Fatalf("job %d before the confirmation: %+v, %v", reports[0], j, err)
+	}
+	run("confirm", chromedp.Click(chromedp.CSS("#bulk-confirm")), chromedp.WaitVisible(chromedp.CSS(".flash")))
+	for _, id := range reports {
+		if j, err := store.GetJob(b.ctx, b.db.Pool, id); err != nil || j.State != queue.StateCancelled {
+			t.Fatalf("job %d after the bulk cancel: %+v, %v", id, j, err)
+		}
+	}
+	if j, err := store.GetJob(b.ctx, b.db.Pool, other.ID); err != nil || j.State != queue.StateAvailable {
+		t.Fatalf("a job of another kind after the bulk cancel: %+v, %v", j, err)
+	}
+	recs, err := store.ListAudit(b.ctx, b.db.Pool, queue.AuditParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 1 || recs[0].Action != queue.AuditCancel || len(recs[0].JobIDs) != 4 || recs[0].Filter == nil ||
+		recs[0].Filter.Kind != "report.build" || !strings.HasPrefix(recs[0].Actor, "dashboard:") || recs[0].Detail != "confirmed 4 jobs" {
+		t.Fatalf("audit after the bulk cancel: %+v", recs)
+	}
+	// The job's page shows the record.
+	run("open a cancelled job", chromedp.Navigate(b.url(fmt.Sprintf("/jobs/%d", reports[0]))),
+		chromedp.WaitVisible(chromedp.CSS("table.audit")))
+	audit, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("table.audit")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(audit, "cancel") || !strings.Contains(audit, "bulk by filter") {
+		t.Fatalf("the job page's audit section: %q", audit)
+	}
+}

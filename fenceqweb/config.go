@@ -21,12 +21,6 @@ const (
 	DefaultPageSize = 50
 	// MaxPageSize bounds PageSize.
 	MaxPageSize = 500
-	// DefaultScanLimit is how many of the newest jobs a filtered job list examines per
-	// page (see queue.ListParams.ScanLimit).
-	DefaultScanLimit = 50_000
-	// DefaultArgsScanLimit is the same bound when the filter searches text in args,
-	// which costs more per job.
-	DefaultArgsScanLimit = 10_000
 	// DefaultRequestTimeout bounds the database work of one request.
 	DefaultRequestTimeout = 10 * time.Second
 	// MinSecretLen is the shortest Secret accepted.
@@ -88,10 +82,6 @@ type Config struct {
 	// PageSize is how many rows list pages show, 1–MaxPageSize. Defaults to
 	// DefaultPageSize.
 	PageSize int
-	// ScanLimit and ArgsScanLimit bound how many jobs a filtered job list examines per
-	// page. Default to DefaultScanLimit and DefaultArgsScanLimit.
-	ScanLimit     int
-	ArgsScanLimit int
 	// RequestTimeout bounds the database work of one request. Defaults to
 	// DefaultRequestTimeout.
 	RequestTimeout time.Duration
@@ -149,12 +139,6 @@ func (c Config) withDefaults() Config {
 	if c.PageSize == 0 {
 		c.PageSize = DefaultPageSize
 	}
-	if c.ScanLimit == 0 {
-		c.ScanLimit = DefaultScanLimit
-	}
-	if c.ArgsScanLimit == 0 {
-		c.ArgsScanLimit = DefaultArgsScanLimit
-	}
 	if c.RequestTimeout == 0 {
 		c.RequestTimeout = DefaultRequestTimeout
 	}
@@ -176,10 +160,6 @@ func (c Config) validate() error {
 		return invalid("RefreshInterval", "%s is shorter than %s", c.RefreshInterval, MinRefreshInterval)
 	case c.PageSize < 1 || c.PageSize > MaxPageSize:
 		return invalid("PageSize", "%d is outside 1–%d", c.PageSize, MaxPageSize)
-	case c.ScanLimit < 1:
-		return invalid("ScanLimit", "%d is not positive", c.ScanLimit)
-	case c.ArgsScanLimit < 1:
-		return invalid("ArgsScanLimit", "%d is not positive", c.ArgsScanLimit)
 	case c.RequestTimeout < 0:
 		return invalid("RequestTimeout", "%s is negative", c.RequestTimeout)
 	case c.Secret != nil && len(c.Secret) < MinSecretLen:

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fenceq/fenceq"
 	"github.com/fenceq/fenceq/queue"
 )
 
@@ -179,6 +180,7 @@ func (rt *router) action(pattern string, fn actionFunc) {
 		}
 		ctx, cancel := h.requestContext(r)
 		defer cancel()
+		ctx = fenceq.WithActor(ctx, h.actor(r))
 		to, p, err := fn(ctx, w, r)
 		if err != nil {
 			h.fail(w, r, err)

@@ -20,7 +20,12 @@ type jobData struct {
 	Timeline *timeline
 	// The actions that apply to the job's state.
 	CanRetry, CanCancel, CanRequeue bool
+	// Audit are the operator actions that named the job, newest first.
+	Audit []queue.AuditRecord
 }
+
+// jobAuditLimit bounds the audit records shown on a job's page.
+const jobAuditLimit = 50
 
 // Running reports whether the job is leased now.
 func (d *jobData) Running() bool { return d.Job.State == queue.StateRunning }
@@ -46,9 +51,13 @@ func (h *Handler) job(ctx context.Context, r *http.Request) (*page, error) {
 	if truncated {
 		events = events[:jobEventLimit]
 	}
+	audit, err := fenceq.ListAudit(ctx, h.cfg.DB, queue.AuditParams{JobID: id, Limit: jobAuditLimit})
+	if err != nil {
+		return nil, err
+	}
 	tl := buildTimeline(j, events)
 	tl.Truncated = truncated
-	d := &jobData{Clock: h.clockAt(now), Job: j, Timeline: tl,
+	d := &jobData{Clock: h.clockAt(now), Job: j, Timeline: tl, Audit: audit,
 		CanRetry:   j.State.Final() || slices.Contains([]queue.State{queue.StateScheduled, queue.StateRetryable}, j.State),
 		CanCancel:  !j.State.Final(),
 		CanRequeue: j.State != queue.StateAvailable,

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -106,8 +107,8 @@ func TestJobsListFiltersAndKeysetPages(t *testing.T) {
 	if r := b.get(t, "/jobs?tag=bad%20tag"); r.status != http.StatusBadRequest {
 		t.Errorf("a bad tag: %d, want 400", r.status)
 	}
-	if got := idsOnPage(b.page(t, "/jobs?q=customer-4")); len(got) != 1 || got[0] != ids[4] {
-		t.Errorf("text customer-4 (case-insensitive) shows %v; want %d", got, ids[4])
+	if got := idsOnPage(b.page(t, "/jobs?args="+url.QueryEscape(`{"customer": "Customer-4"}`))); len(got) != 1 || got[0] != ids[4] {
+		t.Errorf("args containing customer Customer-4 shows %v; want %d", got, ids[4])
 	}
 	b.claim(t, "alpha", "w1", time.Minute)
 	if got := idsOnPage(b.page(t, "/jobs?state=running")); len(got) != 1 || got[0] != ids[0] {
@@ -133,22 +134,47 @@ func idsOnPage(body string) []int64 {
 	return out
 }
 
-func TestJobsSearchWindowSaysHowFarItLooked(t *testing.T) {
+func TestJobsSearchFiltersAndPages(t *testing.T) {
 	t.Parallel()
-	b := setup(t, func(c *Config) { c.ScanLimit = 4; c.ArgsScanLimit = 4 })
-	rare := b.insert(t, store.InsertParams{Kind: "rare"})
-	for range 6 {
-		b.insert(t, store.InsertParams{Kind: "common"})
+	b := setup(t, func(c *Config) { c.PageSize = 2 })
+	var want []int64
+	for i := range 7 {
+		b.insert(t, store.InsertParams{Kind: "mail", Args: []byte(fmt.Sprintf(`{"customer": %d, "plan": "gold"}`, i%2))})
 	}
-	// The newest 4 jobs hold no rare one: the page says so and offers to search on.
-	body := b.page(t, "/jobs?kind=rare")
-	mustContain(t, "first window", body, "No match among the 4 jobs examined", "search older")
-	m := regexp.MustCompile(`href="\./jobs\?kind=rare&amp;before=(\d+)">search older`).FindStringSubmatch(body)
-	if m == nil {
-		t.Fatalf("no search-older link:\n%s", body)
+	b.insert(t, store.InsertParams{Kind: "boom", Queue: "errs"})
+	failed := b.claim(t, "errs", "worker-p", time.Minute)
+	if _, err := store.Fail(b.ctx, b.db.Pool, store.LeaseOf(failed), store.FailParams{Err: "dial tcp: Connection refused"}); err != nil {
+		t.Fatal(err)
 	}
-	if got := idsOnPage(b.page(t, "/jobs?kind=rare&before="+m[1])); len(got) != 1 || got[0] != rare.ID {
-		t.Fatalf("second window shows %v; want %d", got, rare.ID)
+	jobs, err := store.ListJobs(b.ctx, b.db.Pool, queue.ListParams{JobFilter: queue.JobFilter{Args: []byte(`{"customer": 1}`)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range jobs {
+		want = append(want, j.ID)
+	}
+	// Args containment, two a page: the pager's link carries the filter and the keyset.
+	body := b.page(t, "/jobs?args="+url.QueryEscape(`{"customer": 1}`))
+	first := idsOnPage(body)
+	m := regexp.MustCompile(`href="\./jobs\?args=[^"]*&amp;before=(\d+)">older`).FindStringSubmatch(body)
+	if len(first) != 2 || m == nil {
+		t.Fatalf("first page shows %v, older link %v:\n%s", first, m, body)
+	}
+	second := idsOnPage(b.page(t, "/jobs?args="+url.QueryEscape(`{"customer": 1}`)+"&before="+m[1]))
+	if got := append(first, second...); !slices.Equal(got, want) {
+		t.Fatalf("pages show %v; want %v", got, want)
+	}
+	// Words of the last error, shown in the list's last-error column.
+	body = b.page(t, "/jobs?error=connection+REFUSED")
+	if got := idsOnPage(body); len(got) != 1 || got[0] != failed.ID {
+		t.Fatalf("error search shows %v; want %d", got, failed.ID)
+	}
+	mustContain(t, "error search", body, "dial tcp: Connection refused")
+	// A bad filter names its field.
+	for q, field := range map[string]string{"args=%5B1%5D": "args", "error=%21%21": "error", "from=yesterday": "from", "state=lost": "state"} {
+		if r := b.get(t, "/jobs?"+q); r.status != http.StatusBadRequest || !strings.Contains(r.body, "invalid "+field) {
+			t.Errorf("/jobs?%s: %d %q; want 400 naming %s", q, r.status, r.body, field)
+		}
 	}
 }
 
@@ -291,7 +317,8 @@ func TestEveryLinkResolvesUnderThePrefix(t *testing.T) {
 				continue
 			}
 			if strings.Contains(abs.Path, "/retry") || strings.Contains(abs.Path, "/cancel") ||
-				strings.Contains(abs.Path, "/requeue") || strings.Contains(abs.Path, "/pause") || strings.Contains(abs.Path, "/resume") {
+				strings.Contains(abs.Path, "/requeue") || strings.Contains(abs.Path, "/pause") || strings.Contains(abs.Path, "/resume") ||
+				strings.HasSuffix(abs.Path, "/jobs/bulk") {
 				continue // form actions: POST only
 			}
 			if s := abs.String(); !seen[s] {

@@ -34,6 +34,7 @@ var fuzzRoutes = []struct{ method, path string }{
 	{http.MethodPost, "/periodic/{}/pause"},
 	{http.MethodPost, "/periodic/{}/resume"},
 	{http.MethodPost, "/periodic/{}/trigger"},
+	{http.MethodPost, "/jobs/bulk"},
 }
 
 // FuzzDashboardRequest sends fuzzed query strings, path segments (job and outbox ids,
@@ -69,9 +70,11 @@ func FuzzDashboardRequest(f *testing.F) {
 		route      int
 		seg, query string
 	}{
-		{1, "", "state=running&queue=default&kind=invoice&tag=monthly&q=customer&before=10"},
+		{1, "", "state=running&queue=default&kind=invoice&tag=monthly&args=%7B%22a%22%3A1%7D&meta=%7B%22t%22%3A%22x%22%7D&error=refused&from=2026-01-01T00%3A00&to=2026-02-01T00%3A00&before=10"},
+		{1, "", "args=%5B%5D"}, {1, "", "args=%7B%7D"}, {1, "", "meta=%7B"}, {1, "", "error=%21"}, {1, "", "from=2026-13-01T00%3A00"},
+		{1, "", "from=2026-02-01T00%3A00&to=2026-01-01T00%3A00"},
 		{1, "", "state=nope"}, {1, "", "state=%00"}, {1, "", "queue=bad%20queue"}, {1, "", "kind=%ff"},
-		{1, "", "q=%00"}, {1, "", "q=%ff%fe"}, {1, "", "q=" + strings.Repeat("x", 201)}, {1, "", "q=%25_%5C"},
+		{1, "", "error=%00"}, {1, "", "error=%ff%fe"}, {1, "", "error=" + strings.Repeat("x", 201)}, {1, "", "error=%25_%5C"},
 		{1, "", "tag=-x"}, {1, "", "before=0"}, {1, "", "before=-1"}, {1, "", "before=9223372036854775807"},
 		{1, "", "before=9223372036854775808"}, {1, "", "before=1e3"}, {1, "", "flash=job-retried"},
 		{1, "", "flash=%3Cscript%3E"}, {1, "", "%zz"}, {1, "", "state=available&state=running"}, {1, "", ";;&&=="},
@@ -86,6 +89,13 @@ func FuzzDashboardRequest(f *testing.F) {
 		{10, "0", ""}, {11, "9223372036854775808", ""}, {12, "2", ""}, {13, "x", ""},
 	} {
 		f.Add(uint8(s.route), s.seg, s.query, "confirm=yes&back=overview")
+	}
+	for _, form := range []string{"action=cancel&scope=filter&kind=invoice", "action=cancel&scope=filter",
+		"action=retry&scope=selected&id=1&id=2", "action=retry&scope=selected", "action=nuke&kind=a",
+		"action=delete&scope=selected&id=x", "action=requeue&kind=a&confirm=yes&count=1&upto=5",
+		"action=requeue&kind=a&confirm=yes&count=-1&upto=5", "action=requeue&kind=a&confirm=yes&count=1&upto=x",
+		"action=cancel&args=%7B%7D", "action=cancel&error=%00"} {
+		f.Add(uint8(len(fuzzRoutes)-1), "", "", form)
 	}
 
 	f.Fuzz(func(t *testing.T, route uint8, seg, query, form string) {

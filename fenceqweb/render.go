@@ -74,6 +74,11 @@ var flashes = map[string]string{
 	"resumed":        "Queue resumed.",
 	"outbox-retried": "Outbox row retried: it is pending with a new delivery job.",
 
+	"bulk-retry":   "Bulk retry done: the jobs it applied to are available again. The job pages' audit sections name each one.",
+	"bulk-cancel":  "Bulk cancel done: running jobs' leases were revoked; finished jobs were left as they were.",
+	"bulk-requeue": "Bulk requeue done: the jobs are available again; running holders' leases were revoked.",
+	"bulk-delete":  "Bulk delete done: running jobs were left alone (cancel or requeue them first).",
+
 	"periodic-paused":    "Schedule paused: no worker enqueues its slots until it is resumed.",
 	"periodic-resumed":   "Schedule resumed: it goes on at its next slot.",
 	"periodic-triggered": "Schedule triggered: this job was enqueued now, outside its slots.",
@@ -215,6 +220,7 @@ func funcs() template.FuncMap {
 		"hexs":       func(b []byte) string { return hex.EncodeToString(b) },
 		"stateCls":   func(s any) string { return "st-" + fmt.Sprint(s) },
 		"query":      query,
+		"lastError":  lastError,
 		"add":        func(a, b int) int { return a + b },
 		"int64":      func(i int) int64 { return int64(i) },
 		"states":     queue.JobStates,

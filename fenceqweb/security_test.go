@@ -124,7 +124,7 @@ func TestHostileValuesAreEscaped(t *testing.T) {
 	outPage := b.page(t, fmt.Sprintf("/jobs/%d", done.ID))
 	mustContain(t, "output", outPage, "Recorded output", "&lt;script&gt;alert(", "&lt;/script&gt;")
 	mustNotContain(t, "output", outPage, "<script>alert")
-	for _, p := range []string{"/", "/jobs", fmt.Sprintf("/jobs/%d", j.ID), "/jobs?q=" + url.QueryEscape(script),
+	for _, p := range []string{"/", "/jobs", fmt.Sprintf("/jobs/%d", j.ID), "/jobs?error=" + url.QueryEscape(script),
 		"/idempotency?scope=s&key=" + url.QueryEscape(script)} {
 		body := b.page(t, p)
 		mustNotContain(t, p, body, "<script>alert", "<img src=x", "onerror=alert(1)>")

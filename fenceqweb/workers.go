@@ -52,7 +52,7 @@ func (h *Handler) workers(ctx context.Context, _ *http.Request) (*page, error) {
 	if err != nil {
 		return nil, err
 	}
-	listed, err := fenceq.ListJobs(ctx, h.cfg.DB, queue.ListParams{State: queue.StateRunning, Limit: maxLeasesShown + 1})
+	listed, err := fenceq.ListJobs(ctx, h.cfg.DB, queue.ListParams{JobFilter: queue.JobFilter{State: queue.StateRunning}, Limit: maxLeasesShown + 1})
 	if err != nil {
 		return nil, err
 	}

@@ -1,9 +1,11 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/fenceq/fenceq/queue"
@@ -23,31 +25,11 @@ func GetJob(ctx context.Context, db queue.DBTX, id int64) (*queue.JobRow, error)
 }
 
 func validateList(p *queue.ListParams) error {
-	if p.State != "" && !p.State.Valid() {
-		return invalid("state", "%q is not a job state (want one of %v)", p.State, jobStates)
+	if err := p.Validate(); err != nil {
+		return err
 	}
 	if p.BeforeID < 0 {
 		return invalid("before_id", "%d is negative", p.BeforeID)
-	}
-	if p.ScanLimit < 0 {
-		return invalid("scan_limit", "%d is negative", p.ScanLimit)
-	}
-	if len(p.Args) > queue.MaxArgsSearchLen {
-		return invalid("args", "search text is %d bytes, longer than %d", len(p.Args), queue.MaxArgsSearchLen)
-	}
-	if p.Args != "" && p.Args != queue.StorableText(p.Args, len(p.Args)) {
-		return invalid("args", "search text must be valid UTF-8 without NUL bytes")
-	}
-	if p.Tag != "" {
-		if err := queue.ValidateName("tag", p.Tag, queue.MaxTagLen); err != nil {
-			return err
-		}
-	}
-	if p.LiveWithin < 0 {
-		return invalid("live_within", "%s is negative", p.LiveWithin)
-	}
-	if p.LiveWithin == 0 {
-		p.LiveWithin = queue.DefaultLiveWithin
 	}
 	if p.Limit <= 0 {
 		p.Limit = 100
@@ -55,15 +37,8 @@ func validateList(p *queue.ListParams) error {
 	return nil
 }
 
-// filtered reports whether a filter applies that no index serves in id order.
-func listFiltered(p *queue.ListParams) bool {
-	return p.Queue != "" || p.Kind != "" || p.Args != "" || p.Tag != "" || p.UnknownKinds ||
-		(p.State != "" && p.State != queue.StateRunning)
-}
-
 // ListJobs returns the newest jobs matching the filter (older than BeforeID, when set).
 func ListJobs(ctx context.Context, db queue.DBTX, p queue.ListParams) ([]*queue.JobRow, error) {
-	p.ScanLimit = 0
 	page, err := ListJobsPage(ctx, db, p)
 	if err != nil {
 		return nil, err
@@ -72,26 +47,17 @@ func ListJobs(ctx context.Context, db queue.DBTX, p queue.ListParams) ([]*queue.
 }
 
 // ListJobsPage returns one page of the newest jobs matching the filter, with the
-// position of the next page. Pages are keyset pages on the id (never OFFSET). With
-// ScanLimit, a filter examines at most that many jobs (see ListParams.ScanLimit);
-// running jobs are always listed from their own index, however many jobs there are.
+// position of the next page. Pages are keyset pages on the id (never OFFSET), over the
+// hot set and history alike: each condition of the filter has an index on both.
 //
-// Each call is planned for its arguments, so that a state filter meets the partial
-// index of that state.
+// The statement holds only the conditions the filter sets, and is planned for its
+// arguments, so that the planner weighs each condition's index against walking the
+// primary key in id order.
 func ListJobsPage(ctx context.Context, db queue.DBTX, p queue.ListParams) (*queue.JobPage, error) {
 	if err := validateList(&p); err != nil {
 		return nil, err
 	}
-	windowed := p.ScanLimit > 0 && listFiltered(&p)
-	args := []any{customPlan, string(p.State), p.Queue, p.Kind, p.Limit + 1, p.BeforeID, p.Args}
-	if windowed {
-		args = append(args, p.ScanLimit)
-	}
-	extra, args := listExtra(&p, args)
-	sql := listJobsSQL(extra)
-	if windowed {
-		sql = listJobsWindowSQL(extra)
-	}
+	sql, args := listSQL(&p)
 	rows, err := db.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list jobs: %w", err)
@@ -104,21 +70,38 @@ func ListJobsPage(ctx context.Context, db queue.DBTX, p queue.ListParams) (*queu
 	if len(jobs) > p.Limit {
 		page.Jobs = jobs[:p.Limit]
 		page.Next = page.Jobs[p.Limit-1].ID
-		return page, nil
-	}
-	if !windowed {
-		return page, nil
-	}
-	// A short page: the window was used up, or no job older than it exists.
-	var lowest *int64
-	var examined int
-	if err := db.QueryRow(ctx, sqlJobsWindowEnd, customPlan, p.BeforeID, p.ScanLimit).Scan(&lowest, &examined); err != nil {
-		return nil, fmt.Errorf("list jobs: end of the search window: %w", err)
-	}
-	if examined == p.ScanLimit && lowest != nil && *lowest > 1 {
-		page.Next, page.Searched = *lowest, true
 	}
 	return page, nil
+}
+
+// listSQL is the statement of one page of ListJobsPage (one job more than the page, to
+// tell whether another follows) and its arguments, the query mode first.
+func listSQL(p *queue.ListParams) (string, []any) {
+	where, args := filterSQL(&p.JobFilter, p.BeforeID, []any{customPlan})
+	args = append(args, p.Limit+1)
+	return `SELECT ` + jobColumns + ` FROM fenceq_jobs` + where + fmt.Sprintf(`
+ORDER BY id DESC LIMIT $%d`, len(args)-1), args
+}
+
+// CountMatching counts the jobs f matches with an id below beforeID (0: any), up to
+// max (0: no bound): a count of max means at least max. It returns the highest id
+// among them too (0 when none), which a bulk action confirmed on this count takes as
+// its bound, so that it acts on no job enqueued since.
+func CountMatching(ctx context.Context, db queue.DBTX, f queue.JobFilter, beforeID int64, max int) (n int, top int64, err error) {
+	if err := f.Validate(); err != nil {
+		return 0, 0, err
+	}
+	where, args := filterSQL(&f, beforeID, []any{customPlan})
+	limit := ""
+	if max > 0 {
+		args = append(args, max)
+		limit = fmt.Sprintf(" LIMIT $%d", len(args)-1)
+	}
+	sql := `SELECT count(*)::int, COALESCE(max(id), 0) FROM (SELECT id FROM fenceq_jobs` + where + limit + `) m`
+	if err := db.QueryRow(ctx, sql, args...).Scan(&n, &top); err != nil {
+		return 0, 0, fmt.Errorf("count matching jobs: %w", err)
+	}
+	return n, top, nil
 }
 
 // CountUnknownKinds counts the jobs ListParams.UnknownKinds lists: waiting jobs that no
@@ -153,7 +136,8 @@ func adminWrite(ctx context.Context, db queue.DBTX, op string, id int64, sql str
 		// another job holds it now.
 		cur, gerr := GetJob(ctx, db, id)
 		if gerr != nil {
-			return nil, fmt.Errorf("%s: %w", op, gerr)
+			// In a transaction, the violation aborted it: nothing more can be read.
+			return nil, fmt.Errorf("%s job %d: another job now holds its unique key: %w", op, id, queue.ErrWrongState)
 		}
 		return nil, fmt.Errorf("%s job %d: it is %s and another job now holds its unique key %q: %w",
 			op, id, cur.State, derefString(cur.UniqueKey), queue.ErrWrongState)
@@ -309,4 +293,28 @@ func RemoveQueue(ctx context.Context, db queue.DBTX, name string) error {
 		return fmt.Errorf("remove queue %q: %d unfinished jobs wait in it: %w", name, busy, queue.ErrWrongState)
 	}
 	return nil
+}
+
+// LockMatching locks, in a transaction, the jobs among ids that f still matches, in
+// both tables, and returns their ids, highest first. A bulk action then acts on exactly
+// these: a job that changed since it was listed (another state, finished, deleted) and
+// no longer matches is left alone, and one that matches cannot change until the action
+// commits.
+func LockMatching(ctx context.Context, tx queue.DBTX, f queue.JobFilter, ids []int64) ([]int64, error) {
+	f.IDs = ids
+	var out []int64
+	for _, table := range []string{hotTable, historyTable} {
+		where, args := filterSQL(&f, 0, []any{customPlan})
+		rows, err := tx.Query(ctx, `SELECT id FROM `+table+where+` ORDER BY id DESC FOR UPDATE`, args...)
+		if err != nil {
+			return nil, fmt.Errorf("lock matching jobs: %w", err)
+		}
+		got, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			return nil, fmt.Errorf("lock matching jobs: %w", err)
+		}
+		out = append(out, got...)
+	}
+	slices.SortFunc(out, func(a, b int64) int { return cmp.Compare(b, a) })
+	return out, nil
 }

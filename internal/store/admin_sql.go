@@ -4,6 +4,7 @@ package store
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/fenceq/fenceq/queue"
 )
@@ -13,55 +14,72 @@ const sqlGetJob = `SELECT ` + jobColumns + ` FROM fenceq_jobs WHERE id = $1`
 // uniqueIndex is the unique index on unique_key (migration 000012).
 const uniqueIndex = "fenceq_jobs_unique_key_idx"
 
-// listFilter is the WHERE clause of the job lists: $1 state, $2 queue, $3 kind (empty
-// for any), $5 before id (0 for the newest), $6 text in args (empty for any). The
-// statements are planned per execution, so the unused conditions fold away and a state
-// filter meets its partial index.
-const listFilter = `
-WHERE ($1::text = '' OR state = $1) AND ($2::text = '' OR queue = $2) AND ($3::text = '' OR kind = $3)
-  AND ($5::bigint = 0 OR id < $5)
-  AND ($6::text = '' OR strpos(lower(args::text), lower($6)) > 0)`
+// errorSearchExpr is the expression fenceq_jobs_*_error_idx index (migration 000018):
+// the words of a job's last error. A search must spell it the same way to use them.
+const errorSearchExpr = `to_tsvector('simple'::regconfig, left(errors -> -1 ->> 'error', 16384))`
 
-// listExtra returns the conditions of the tag and unknown-kind filters, when asked
-// for, with their arguments appended to args (whose first element is the query mode,
-// so the next parameter is $len(args)). They are added only then, so that a tag filter
-// can use fenceq_jobs_tags_idx (whose predicate, tags <> '{}', it repeats).
-func listExtra(p *queue.ListParams, args []any) (string, []any) {
-	q := ""
-	if p.Tag != "" {
-		args = append(args, p.Tag)
-		q += fmt.Sprintf(`
-  AND tags @> ARRAY[$%d::text] AND tags <> '{}'`, len(args)-1)
+// filterSQL returns the WHERE clause of a job search over fenceq_jobs (or either of its
+// tables) for f and the keyset bound beforeID (0 for none), with its arguments appended
+// to args (whose first element is the query mode, so the next parameter is
+// $len(args)). Only the conditions f sets are written, each in the form its index
+// serves: the partial indexes' predicates (tags, metadata, errors) are repeated.
+func filterSQL(f *queue.JobFilter, beforeID int64, args []any) (string, []any) {
+	var conds []string
+	arg := func(v any) string {
+		args = append(args, v)
+		return fmt.Sprintf("$%d", len(args)-1)
 	}
-	if p.UnknownKinds {
-		args = append(args, micros(p.LiveWithin))
-		q += `
-  AND ` + unknownKind(fmt.Sprintf("$%d", len(args)-1))
+	if beforeID > 0 {
+		conds = append(conds, "id < "+arg(beforeID)+"::bigint")
 	}
-	return q, args
+	if len(f.IDs) > 0 {
+		conds = append(conds, "id = ANY("+arg(f.IDs)+"::bigint[])")
+	}
+	if f.State != "" {
+		c := "state = " + arg(string(f.State)) + "::text"
+		if f.State.Final() {
+			// A finished job has finished_at: the hot set's index of finished jobs
+			// (fenceq_jobs_finished_idx) has this predicate.
+			c += " AND finished_at IS NOT NULL"
+		}
+		conds = append(conds, c)
+	}
+	if f.Queue != "" {
+		conds = append(conds, "queue = "+arg(f.Queue)+"::text")
+	}
+	if f.Kind != "" {
+		conds = append(conds, "kind = "+arg(f.Kind)+"::text")
+	}
+	if f.Tag != "" {
+		conds = append(conds, "tags @> ARRAY["+arg(f.Tag)+"::text] AND tags <> '{}'")
+	}
+	if len(f.Args) > 0 {
+		conds = append(conds, "args @> "+arg(string(f.Args))+"::jsonb")
+	}
+	if len(f.Metadata) > 0 {
+		conds = append(conds, "metadata @> "+arg(string(f.Metadata))+"::jsonb AND metadata <> '{}'")
+	}
+	if f.Error != "" {
+		conds = append(conds, "errors <> '[]' AND "+errorSearchExpr+" @@ plainto_tsquery('simple'::regconfig, "+arg(f.Error)+"::text)")
+	}
+	if !f.CreatedAfter.IsZero() {
+		conds = append(conds, "created_at >= "+arg(f.CreatedAfter)+"::timestamptz")
+	}
+	if !f.CreatedBefore.IsZero() {
+		conds = append(conds, "created_at < "+arg(f.CreatedBefore)+"::timestamptz")
+	}
+	if f.UnknownKinds {
+		live := f.LiveWithin
+		if live <= 0 {
+			live = queue.DefaultLiveWithin
+		}
+		conds = append(conds, unknownKind(arg(micros(live))))
+	}
+	if len(conds) == 0 {
+		return "", args
+	}
+	return "\nWHERE " + strings.Join(conds, "\n  AND "), args
 }
-
-// listJobsSQL: $4 limit.
-func listJobsSQL(extra string) string {
-	return `
-SELECT ` + jobColumns + ` FROM fenceq_jobs` + listFilter + extra + `
-ORDER BY id DESC LIMIT $4`
-}
-
-// listJobsWindowSQL applies the filter to at most $7 jobs, newest first from the
-// before id, walking the primary key: its cost does not depend on how rare matches are.
-func listJobsWindowSQL(extra string) string {
-	return `
-SELECT ` + jobColumns + ` FROM (
-    SELECT * FROM fenceq_jobs WHERE ($5::bigint = 0 OR id < $5) ORDER BY id DESC LIMIT $7) w` + listFilter + extra + `
-ORDER BY id DESC LIMIT $4`
-}
-
-// sqlJobsWindowEnd is the lowest id of the window sqlListJobsWindow examined and the
-// number of jobs in it: $1 before id, $2 window size.
-const sqlJobsWindowEnd = `
-SELECT min(id), count(*)::int FROM (
-    SELECT id FROM fenceq_jobs WHERE ($1::bigint = 0 OR id < $1) ORDER BY id DESC LIMIT $2) w`
 
 // sqlRetryJob makes a finished, retryable or scheduled job available now, with at least
 // one attempt left. A running job must be requeued instead. A job in history moves back

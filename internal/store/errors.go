@@ -72,3 +72,10 @@ func PgCode(err error) string {
 // IsUndefinedTable reports whether err says a table does not exist, which usually means
 // the migrations have not been applied.
 func IsUndefinedTable(err error) bool { return PgCode(err) == CodeUndefinedTable }
+
+// IsDeadlock reports whether the database aborted the transaction to break a deadlock
+// (SQLSTATE 40P01): running it again may succeed.
+func IsDeadlock(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "40P01"
+}

@@ -355,11 +355,11 @@ func TestOperatorActions(t *testing.T) {
 	if n := b.events(t, queue.EventRevoked); n != 2 {
 		t.Fatalf("revoked events = %d, want 2 (requeue and cancel of a running job)", n)
 	}
-	jobs, err := store.ListJobs(b.ctx, b.db.Pool, queue.ListParams{State: queue.StateAvailable})
+	jobs, err := store.ListJobs(b.ctx, b.db.Pool, queue.ListParams{JobFilter: queue.JobFilter{State: queue.StateAvailable}})
 	if err != nil || len(jobs) != 1 {
 		t.Fatalf("list: %d %v", len(jobs), err)
 	}
-	if _, err := store.ListJobs(b.ctx, b.db.Pool, queue.ListParams{State: "bogus"}); !errors.Is(err, queue.ErrInvalid) {
+	if _, err := store.ListJobs(b.ctx, b.db.Pool, queue.ListParams{JobFilter: queue.JobFilter{State: "bogus"}}); !errors.Is(err, queue.ErrInvalid) {
 		t.Fatalf("list with bad state: %v", err)
 	}
 }

@@ -291,7 +291,7 @@ func TestTags(t *testing.T) {
 	if n, err := store.InsertMany(b.ctx, b.db.Pool, []store.InsertParams{{Kind: "t", Tags: []string{"red"}}, {Kind: "t", Tags: []string{"blue"}}}); err != nil || n != 2 {
 		t.Fatalf("batch: %d %v", n, err)
 	}
-	got, err := store.ListJobs(b.ctx, b.db.Pool, queue.ListParams{Tag: "red"})
+	got, err := store.ListJobs(b.ctx, b.db.Pool, queue.ListParams{JobFilter: queue.JobFilter{Tag: "red"}})
 	if err != nil || len(got) != 2 || got[1].ID != red.Job.ID || !slices.Contains(got[0].Tags, "red") {
 		t.Fatalf("list --tag red: %v %v", got, err)
 	}
@@ -312,7 +312,7 @@ func TestTags(t *testing.T) {
 	if err := store.ValidateInsert(store.InsertParams{Kind: "t", Tags: many}); !errors.Is(err, queue.ErrInvalid) {
 		t.Errorf("%d tags: %v", len(many), err)
 	}
-	if _, err := store.ListJobs(b.ctx, b.db.Pool, queue.ListParams{Tag: "a b"}); !errors.Is(err, queue.ErrInvalid) {
+	if _, err := store.ListJobs(b.ctx, b.db.Pool, queue.ListParams{JobFilter: queue.JobFilter{Tag: "a b"}}); !errors.Is(err, queue.ErrInvalid) {
 		t.Errorf("list with a bad tag: %v", err)
 	}
 }
@@ -347,7 +347,7 @@ func TestClaimKindsAndUnknownKinds(t *testing.T) {
 
 	unknown := func() []*queue.JobRow {
 		t.Helper()
-		js, err := store.ListJobs(b.ctx, b.db.Pool, queue.ListParams{UnknownKinds: true})
+		js, err := store.ListJobs(b.ctx, b.db.Pool, queue.ListParams{JobFilter: queue.JobFilter{UnknownKinds: true}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,0 +1,8 @@
+DROP TABLE fenceq_audit;
+DROP INDEX fenceq_jobs_history_state_idx;
+DROP INDEX fenceq_jobs_history_queue_idx;
+DROP INDEX fenceq_jobs_history_kind_idx;
+DROP INDEX fenceq_jobs_history_args_idx;
+DROP INDEX fenceq_jobs_history_metadata_idx;
+DROP INDEX fenceq_jobs_history_error_idx;
+DROP INDEX fenceq_jobs_history_created_idx;
