@@ -215,6 +215,9 @@ func (w *Worker) runMaintenance(ctx context.Context) {
 			return
 		case <-reap.C:
 			w.reapOnce(ctx)
+			if err := w.checkFlow(ctx); err != nil && ctx.Err() == nil {
+				w.log.Warn("flow limits check failed", "err", err)
+			}
 		case <-prune.C:
 			w.pruneOnce(ctx)
 		}

@@ -99,6 +99,11 @@ type Config struct {
 	// DisablePeriodic turns this worker's scheduling passes off: it enqueues no
 	// periodic jobs (Periodic is still upserted at Start).
 	DisablePeriodic bool
+	// FlowLimits are the flow limits this worker defines in code (queue.FlowLimit): Start
+	// sets each in fenceq_flow_limits, replacing its numbers. Jobs enqueued under a
+	// limit (InsertOpts.Flow) are claimed only while their partition has room, by any
+	// worker, whichever defined the limit. Defaults to none.
+	FlowLimits []queue.FlowLimit
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// Hooks observe the worker's lifecycle events (jobs started and finished, leases
@@ -172,6 +177,11 @@ func (c Config) withDefaults() Config {
 
 // validate checks a config with defaults applied; errors name the field.
 func (c Config) validate() error {
+	for i, l := range c.FlowLimits {
+		if err := l.Validate(); err != nil {
+			return fmt.Errorf("config: FlowLimits[%d]: %w", i, err)
+		}
+	}
 	if c.Handlers == nil || len(c.Handlers.m) == 0 {
 		return fmt.Errorf("config: Handlers: no handler registered")
 	}

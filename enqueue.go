@@ -1,11 +1,13 @@
 package fenceq
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 
 	"github.com/fenceq/fenceq/internal/store"
 	"github.com/fenceq/fenceq/queue"
@@ -44,6 +46,9 @@ func mergeOpts(args JobArgs, opts *InsertOpts, own bool) InsertOpts {
 		}
 		if len(opts.Tags) > 0 {
 			o.Tags = append(slices.Clip(o.Tags), opts.Tags...) // duplicates are dropped by the engine
+		}
+		if !opts.Flow.IsZero() {
+			o.Flow = opts.Flow
 		}
 	}
 	switch {
@@ -86,9 +91,46 @@ func insertParams(args JobArgs, o InsertOpts) (store.InsertParams, error) {
 	if unique.ByArgs && len(unique.ArgsFields) == 0 {
 		unique.ArgsFields = uniqueFields(args)
 	}
+	flowKey, err := flowKeyOf(o.Flow, raw)
+	if err != nil {
+		return store.InsertParams{}, err
+	}
 	return store.InsertParams{Queue: o.Queue, Kind: args.Kind(), Args: raw, Priority: o.Priority,
 		RunAt: o.RunAt, RunIn: o.RunIn, MaxAttempts: o.MaxAttempts, UniqueKey: o.UniqueKey, Unique: unique,
-		Tags: o.Tags, Metadata: meta}, nil
+		Tags: o.Tags, Metadata: meta, FlowKey: flowKey}, nil
+}
+
+// flowKeyOf returns the flow key of a job with args raw under o ("" for none): the
+// partition is o.Partition, or the values of the args fields o.PartitionBy names, as
+// JSON, joined with ",".
+func flowKeyOf(o queue.FlowOpts, raw []byte) (string, error) {
+	if o.IsZero() {
+		return "", nil
+	}
+	partition := o.Partition
+	if len(o.PartitionBy) > 0 {
+		var fields map[string]json.RawMessage
+		if err := json.Unmarshal(raw, &fields); err != nil {
+			return "", &queue.ValidationError{Field: "flow.partition_by", Reason: "the args are not a JSON object: " + err.Error()}
+		}
+		parts := make([]string, len(o.PartitionBy))
+		for i, f := range o.PartitionBy {
+			v, ok := fields[f]
+			if !ok {
+				v = json.RawMessage("null")
+			}
+			var buf bytes.Buffer
+			if err := json.Compact(&buf, v); err != nil {
+				return "", fmt.Errorf("flow partition field %q: %w", f, err)
+			}
+			parts[i] = strings.Trim(buf.String(), `"`)
+		}
+		partition = strings.Join(parts, ",")
+	}
+	if err := o.Validate(partition); err != nil {
+		return "", err
+	}
+	return o.Key(partition), nil
 }
 
 // Enqueue inserts one job. Pass a pgx.Tx as db to make the job part of your

@@ -386,6 +386,17 @@ func (e *execution) finish(outcome Outcome, err error) {
 	delete(w.execs, keyOf(e.lease))
 	w.mu.Unlock()
 	e.freeSlot()
+	if e.row.FlowKey != nil {
+		// The write that ended the lease freed its flow slot: the next job of its key
+		// can be claimed now, by this worker among others.
+		w.mu.Lock()
+		if qs := w.queues[e.row.Queue]; qs != nil {
+			qs.dirty = true
+		}
+		w.mu.Unlock()
+		w.kickFlow()
+		w.wakeClaims()
+	}
 	if len(w.hooks.finished) > 0 {
 		e.finishedHooks(AttemptResult{Outcome: outcome, Err: err, Duration: time.Since(e.start)})
 	}

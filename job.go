@@ -143,4 +143,9 @@ type InsertOpts struct {
 	// it and what travels with it, apart from its args. Keys given here are added to
 	// those of the kind's InsertOpts.
 	Metadata map[string]any
+	// Flow puts the job under a flow limit (a concurrency limit, a rate limit or a
+	// sequence, per partition), enforced by the database across every worker: the job
+	// stays available but is claimed only while its partition has room. The zero value
+	// takes the kind's InsertOpts. See docs/flow.md.
+	Flow queue.FlowOpts
 }

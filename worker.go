@@ -55,6 +55,15 @@ type Worker struct {
 	// looked. Only the claim loop touches them.
 	wantFloor     []*queueState
 	floorsChecked time.Time
+	// flowOn is set while any flow limit exists (Config.FlowLimits, or found by the
+	// maintenance pass): only then does a claim round also claim jobs under limits.
+	// flowCursor is where the last flow claim's walk over the keys stopped, and
+	// flowIdleAt when a flow claim last found nothing (the next waits a PollInterval
+	// unless a wake-up comes first).
+	flowOn     atomic.Bool
+	flowCursor *store.FlowCursor
+	flowIdleAt time.Time
+	flowKick   bool
 
 	claimCancel  context.CancelFunc
 	bgCancel     context.CancelFunc
@@ -194,6 +203,9 @@ func (w *Worker) Start(ctx context.Context) error {
 	if err == nil {
 		err = w.register(ctx)
 	}
+	if err == nil {
+		err = w.setFlowLimits(ctx)
+	}
 	if err != nil {
 		w.mu.Lock()
 		w.state = stateNew
@@ -237,6 +249,7 @@ func (w *Worker) Start(ctx context.Context) error {
 					}
 					w.mu.Unlock()
 					if qs != nil {
+						w.kickFlow()
 						w.wakeClaims()
 					}
 				},
@@ -597,11 +610,100 @@ func (w *Worker) claimRound(ctx context.Context, all bool) bool {
 		w.rotate = w.rotateAfter(picks[last].qs)
 		w.mu.Unlock()
 	}
+	if w.claimFlow(ctx, picks, byQueue, sent, &rows) {
+		again = true
+	}
 	for _, r := range rows {
 		w.startExecution(r, sent)
 	}
 	w.findFloors(ctx, sent)
 	return again
+}
+
+// claimFlow claims jobs under flow limits into the slots the ordinary claim of this
+// round left free, appending them to rows; it reports whether it filled them (there may
+// be more). It runs only while a flow limit exists, and after a flow claim that found
+// nothing, not again within PollInterval unless a wake-up (a new job, a freed slot)
+// came since.
+func (w *Worker) claimFlow(ctx context.Context, picks []claimPick, byQueue map[string][]*queue.JobRow,
+	sent time.Time, rows *[]*queue.JobRow) bool {
+	if !w.flowOn.Load() {
+		return false
+	}
+	w.mu.Lock()
+	kicked := w.flowKick
+	w.flowKick = false
+	w.mu.Unlock()
+	if !kicked && sent.Sub(w.flowIdleAt) < w.cfg.PollInterval {
+		return false
+	}
+	claims := make([]store.QueueClaim, 0, len(picks))
+	want := 0
+	for _, p := range picks {
+		if free := p.limit - len(byQueue[p.qs.name]); free > 0 {
+			claims = append(claims, store.QueueClaim{Name: p.qs.name, Limit: free})
+			want += free
+		}
+	}
+	if want == 0 {
+		return false
+	}
+	got, cursor, err := store.ClaimFlow(ctx, w.pool, store.ClaimFlowParams{WorkerID: w.cfg.ID, Lease: w.cfg.LeaseDuration,
+		Kinds: w.kinds, Queues: claims, Max: min(want, w.cfg.ClaimBatchSize), After: w.flowCursor})
+	if err != nil {
+		if ctx.Err() == nil {
+			w.log.Warn("claim under flow limits failed", "queues", len(claims), "err", err)
+		}
+		return false
+	}
+	w.flowCursor = cursor
+	if len(got) == 0 {
+		w.flowIdleAt = sent
+		return false
+	}
+	w.mu.Lock()
+	for _, j := range got {
+		if qs := w.queues[j.Queue]; qs != nil {
+			qs.dirty = true
+		}
+	}
+	w.mu.Unlock()
+	*rows = append(*rows, got...)
+	return true
+}
+
+// kickFlow makes the next claim round claim jobs under flow limits even if the last
+// flow claim found nothing: a job was enqueued, or a slot was freed.
+func (w *Worker) kickFlow() {
+	if w.flowOn.Load() {
+		w.mu.Lock()
+		w.flowKick = true
+		w.mu.Unlock()
+	}
+}
+
+// setFlowLimits sets Config.FlowLimits in the database and turns flow claims on when
+// any limit exists.
+func (w *Worker) setFlowLimits(ctx context.Context) error {
+	for _, l := range w.cfg.FlowLimits {
+		if err := store.SetFlowLimit(ctx, w.pool, l); err != nil {
+			return err
+		}
+	}
+	return w.checkFlow(ctx)
+}
+
+// checkFlow turns flow claims on while any flow limit exists, and off when none does.
+func (w *Worker) checkFlow(ctx context.Context) error {
+	var on bool
+	if err := w.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM fenceq_flow_limits)`).Scan(&on); err != nil {
+		return fmt.Errorf("look for flow limits: %w", err)
+	}
+	if on && !w.flowOn.Load() {
+		w.kickFlow()
+	}
+	w.flowOn.Store(on)
+	return nil
 }
 
 // findFloors looks, for the queues whose claim from the start of the order came back

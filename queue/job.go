@@ -76,6 +76,9 @@ type JobRow struct {
 	UniqueStates []State `json:"unique_states,omitempty"`
 	// Tags label the job; nil when it has none.
 	Tags []string `json:"tags,omitempty"`
+	// FlowKey is the flow key the job runs under (its FlowLimit's name, ":", its
+	// partition; see FlowOpts); nil when it runs under no limit.
+	FlowKey *string `json:"flow_key,omitempty"`
 }
 
 // Defaults applied by fenceq.Enqueue and fenceq.EnqueueMany to zero-valued options.

@@ -38,6 +38,9 @@ type InsertParams struct {
 	// Metadata is a JSON object stored with the job (nil for none), at most
 	// MaxMetadataBytes long.
 	Metadata []byte
+	// FlowKey puts the job under a flow limit: the limit's name, ":", the partition
+	// (queue.FlowOpts.Key). The limit must be set.
+	FlowKey string
 
 	unique uniqueness // derived by normalize
 }
@@ -62,6 +65,11 @@ func (p *InsertParams) normalize() error {
 	}
 	if err := queue.ValidateQueue(p.Queue); err != nil {
 		return err
+	}
+	if p.FlowKey != "" {
+		if err := validateFlowKey(p.FlowKey); err != nil {
+			return err
+		}
 	}
 	if err := queue.ValidateKind(p.Kind); err != nil {
 		return err
@@ -143,9 +151,15 @@ func insert(ctx context.Context, db queue.DBTX, p InsertParams) (*queue.InsertRe
 	// The holder of the key can leave the states that hold it between our conflicting
 	// insert and the read of it (or, for a key per period, the period can end); then the
 	// insert is simply tried again.
+	if p.FlowKey != "" {
+		if err := ensureFlowKey(ctx, db, p.FlowKey); err != nil {
+			return nil, err
+		}
+	}
 	for try := 0; try < 5; try++ {
 		row := db.QueryRow(ctx, sqlInsertJob, p.Queue, p.Kind, p.Args, *p.Priority, p.runAt(),
-			p.MaxAttempts, u.keyParam(), micros(p.RunIn), p.Metadata, u.maskParam(), u.periodUS, p.tagsParam())
+			p.MaxAttempts, u.keyParam(), micros(p.RunIn), p.Metadata, u.maskParam(), u.periodUS, p.tagsParam(),
+			nullString(p.FlowKey))
 		j, err := scanJob(row)
 		if err == nil {
 			return &queue.InsertResult{Job: j}, nil
@@ -174,7 +188,8 @@ func InsertMany(ctx context.Context, db queue.Beginner, ps []InsertParams) (int6
 		if err := ps[i].normalize(); err != nil {
 			return 0, fmt.Errorf("job %d of %d: %w", i+1, len(ps), err)
 		}
-		if ps[i].unique.key != "" || ps[i].runAt() != nil || ps[i].RunIn > 0 || len(ps[i].Metadata) > 2 || len(ps[i].Tags) > 0 {
+		if ps[i].unique.key != "" || ps[i].runAt() != nil || ps[i].RunIn > 0 || len(ps[i].Metadata) > 2 || len(ps[i].Tags) > 0 ||
+			ps[i].FlowKey != "" {
 			simple = false
 		}
 	}
@@ -228,15 +243,23 @@ func insertMany(ctx context.Context, db queue.Beginner, ps []InsertParams, simpl
 	}
 	_, err = tx.CopyFrom(ctx, pgx.Identifier{"fenceq_jobs_staging"},
 		[]string{"ord", "queue", "kind", "args", "priority", "run_at", "run_in_us", "max_attempts", "unique_key",
-			"metadata", "unique_states", "unique_period_us", "tags"},
+			"metadata", "unique_states", "unique_period_us", "tags", "flow_key"},
 		pgx.CopyFromSlice(len(ps), func(i int) ([]any, error) {
 			p := &ps[i]
 			return []any{int32(i), p.Queue, p.Kind, p.Args, int16(*p.Priority), p.runAt(), micros(p.RunIn),
 				int32(p.MaxAttempts), p.unique.keyParam(), p.Metadata, p.unique.maskParam(), p.unique.periodUS,
-				p.tagsParam()}, nil
+				p.tagsParam(), nullString(p.FlowKey)}, nil
 		}))
 	if err != nil {
 		return 0, fmt.Errorf("copy %d jobs into staging: %w", len(ps), err)
+	}
+	for i := range ps {
+		if ps[i].FlowKey != "" {
+			if _, err := tx.Exec(ctx, sqlEnsureStagedFlowKeys); err != nil {
+				return 0, flowKeyError(err, ps[i].FlowKey)
+			}
+			break
+		}
 	}
 	var inserted int64
 	if err := tx.QueryRow(ctx, sqlInsertFromStaging).Scan(&inserted); err != nil {

@@ -36,7 +36,7 @@ func LeaseOf(j *queue.JobRow) queue.Lease {
 
 const jobColumns = `id, queue, kind, args, state, priority, run_at, attempt, max_attempts,
 	lease_gen, leased_by, heartbeat_at, lease_expires_at, attempted_at, unique_key, errors,
-	created_at, finished_at, metadata, output, unique_states, NULLIF(tags, '{}'::text[])`
+	created_at, finished_at, metadata, output, unique_states, NULLIF(tags, '{}'::text[]), flow_key`
 
 func scanJob(row pgx.Row) (*queue.JobRow, error) {
 	var j queue.JobRow
@@ -45,7 +45,7 @@ func scanJob(row pgx.Row) (*queue.JobRow, error) {
 	var mask *int16
 	err := row.Scan(&j.ID, &j.Queue, &j.Kind, &args, &state, &j.Priority, &j.RunAt, &j.Attempt,
 		&j.MaxAttempts, &j.LeaseGen, &j.LeasedBy, &j.HeartbeatAt, &j.LeaseExpiresAt, &j.AttemptedAt,
-		&j.UniqueKey, &errs, &j.CreatedAt, &j.FinishedAt, &meta, &output, &mask, &j.Tags)
+		&j.UniqueKey, &errs, &j.CreatedAt, &j.FinishedAt, &meta, &output, &mask, &j.Tags, &j.FlowKey)
 	if err != nil {
 		return nil, err
 	}
@@ -86,11 +86,18 @@ type claimedRow struct {
 	heartbeat time.Time
 	expires   time.Time
 	attempted time.Time
+	flowKey   string
 }
 
 // collectClaimed reads the rows of a claim of queue by worker (see claimedColumns). With
 // qname empty, each row carries its queue in a last column (a claim of many queues).
 func collectClaimed(rows pgx.Rows, qname, worker string, limit int) ([]*queue.JobRow, error) {
+	return collectClaimedRows(rows, qname, worker, limit, false)
+}
+
+// collectClaimedRows is collectClaimed; with flow, each row ends with its flow key,
+// after its queue.
+func collectClaimedRows(rows pgx.Rows, qname, worker string, limit int, flow bool) ([]*queue.JobRow, error) {
 	defer rows.Close()
 	out := make([]*queue.JobRow, 0, limit)
 	kinds := map[string]string{}  // one string per kind, not per job
@@ -110,6 +117,10 @@ func collectClaimed(rows pgx.Rows, qname, worker string, limit int) ([]*queue.Jo
 	var qcol pgtype.DriverBytes
 	if qname == "" {
 		dest = append(dest, &qcol)
+	}
+	var fkey string
+	if flow {
+		dest = append(dest, &fkey)
 	}
 	for rows.Next() {
 		// Scanned as bytes: into a json.RawMessage, pgx would run json.Unmarshal on it.
@@ -139,6 +150,10 @@ func collectClaimed(rows pgx.Rows, qname, worker string, limit int) ([]*queue.Jo
 		}
 		if j.Metadata == nil {
 			j.Metadata = emptyObject
+		}
+		if flow {
+			j.FlowKey = &c.flowKey
+			c.flowKey = fkey
 		}
 		j.LeasedBy, j.HeartbeatAt, j.LeaseExpiresAt, j.AttemptedAt = &c.leasedBy, &c.heartbeat, &c.expires, &c.attempted
 		if len(errs) > 0 {

@@ -23,9 +23,9 @@ import (
 // CTE, is one that Citus pulls to the coordinator and then commits in two phases.
 var sqlInsertJob = `
 INSERT INTO fenceq_jobs_hot (queue, kind, args, priority, run_at, max_attempts, unique_key, state, metadata,
-    unique_states, tags)
+    unique_states, tags, flow_key)
 VALUES ($1, $2, $3, $4, ` + insertRunAt + `, $6, ` + uniqueKeySQL("$7::text", "$11::bigint", insertRunAt) + `,
-    CASE WHEN ` + insertRunAt + ` > now() THEN ` + sqlScheduled + ` ELSE ` + sqlAvailable + ` END, $9, $10, $12)
+    CASE WHEN ` + insertRunAt + ` > now() THEN ` + sqlScheduled + ` ELSE ` + sqlAvailable + ` END, $9, $10, $12, $13)
 ON CONFLICT (unique_key) WHERE ` + uniqueHeld + ` DO NOTHING
 RETURNING ` + jobColumns
 
@@ -45,7 +45,7 @@ const sqlCreateStaging = `
 CREATE TEMP TABLE IF NOT EXISTS fenceq_jobs_staging (
     ord int, queue text, kind text, args jsonb, priority smallint, run_at timestamptz,
     run_in_us bigint, max_attempts int, unique_key text, metadata jsonb,
-    unique_states smallint, unique_period_us bigint, tags text[]) ON COMMIT DROP;
+    unique_states smallint, unique_period_us bigint, tags text[], flow_key text) ON COMMIT DROP;
 TRUNCATE fenceq_jobs_staging`
 
 // The rows inserted are counted from RETURNING rather than read from the command tag:
@@ -54,9 +54,9 @@ TRUNCATE fenceq_jobs_staging`
 var sqlInsertFromStaging = `
 WITH ins AS (
 INSERT INTO fenceq_jobs_hot (queue, kind, args, priority, run_at, max_attempts, unique_key, state, metadata,
-    unique_states, tags)
+    unique_states, tags, flow_key)
 SELECT queue, kind, args, priority, at, max_attempts, ` + uniqueKeySQL("unique_key", "unique_period_us", "at") + `,
-       CASE WHEN at > now() THEN ` + sqlScheduled + ` ELSE ` + sqlAvailable + ` END, metadata, unique_states, tags
+       CASE WHEN at > now() THEN ` + sqlScheduled + ` ELSE ` + sqlAvailable + ` END, metadata, unique_states, tags, flow_key
 FROM (SELECT s.*, COALESCE(s.run_at, now() + s.run_in_us * interval '1 microsecond') AS at
       FROM fenceq_jobs_staging s ORDER BY ord) x
 ON CONFLICT (unique_key) WHERE ` + uniqueHeld + ` DO NOTHING
@@ -87,7 +87,7 @@ func claimSQL(after, kinds bool) string {
 	return `
 WITH next AS (
     SELECT id AS next_id FROM fenceq_jobs_hot
-    WHERE state = ` + sqlAvailable + ` AND queue = $1 AND run_at <= now()` + cursor + kind + `
+    WHERE state = ` + sqlAvailable + ` AND flow_key IS NULL AND queue = $1 AND run_at <= now()` + cursor + kind + `
       AND NOT EXISTS (SELECT 1 FROM fenceq_queues q WHERE q.name = $1 AND q.paused)
     ORDER BY priority, run_at, id
     LIMIT $2
@@ -138,7 +138,7 @@ WITH q AS MATERIALIZED (
 next AS (
     SELECT x.id FROM q CROSS JOIN LATERAL (
         SELECT id FROM fenceq_jobs_hot
-        WHERE state = ` + sqlAvailable + ` AND queue = q.name AND run_at <= now()
+        WHERE state = ` + sqlAvailable + ` AND flow_key IS NULL AND queue = q.name AND run_at <= now()
           AND (priority, run_at, id) > (COALESCE(q.cp, (-32768)::smallint),
                                         COALESCE(q.cr, '-infinity'::timestamptz), COALESCE(q.cid, 0::bigint))` + kind + `
         ORDER BY priority, run_at, id
@@ -168,7 +168,7 @@ SELECT q.ord, x.priority, x.run_at, x.id
 FROM unnest($2::text[], $3::smallint[], $4::timestamptz[], $5::bigint[]) WITH ORDINALITY AS q(name, bp, br, bid, ord)
 CROSS JOIN LATERAL (
     SELECT priority, run_at, id FROM fenceq_jobs_hot
-    WHERE state = ` + sqlAvailable + ` AND queue = q.name AND run_at <= now()
+    WHERE state = ` + sqlAvailable + ` AND flow_key IS NULL AND queue = q.name AND run_at <= now()
       AND (priority, run_at, id) < (COALESCE(q.bp, (32767)::smallint),
                                     COALESCE(q.br, 'infinity'::timestamptz), COALESCE(q.bid, 9223372036854775807::bigint))
       AND kind <> ALL($1::text[])
@@ -188,7 +188,7 @@ var (
 // a claim just took every one it could), to the first job of another kind.
 var sqlOtherKindAhead = `
 SELECT priority, run_at, id FROM fenceq_jobs_hot
-WHERE state = ` + sqlAvailable + ` AND queue = $1 AND run_at <= now()
+WHERE state = ` + sqlAvailable + ` AND flow_key IS NULL AND queue = $1 AND run_at <= now()
   AND ($3::smallint IS NULL OR (priority, run_at, id) < ($3::smallint, $4::timestamptz, $5::bigint))
   AND kind <> ALL($2::text[])
 ORDER BY priority DESC, run_at DESC, id DESC

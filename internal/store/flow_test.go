@@ -1,0 +1,217 @@
+package store_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/fenceq/fenceq/internal/store"
+	"github.com/fenceq/fenceq/queue"
+)
+
+// claimFlow claims up to n jobs under flow limits from the default queue.
+func (b *testBundle) claimFlow(t *testing.T, n int) []*queue.JobRow {
+	t.Helper()
+	jobs, _, err := store.ClaimFlow(b.ctx, b.db.Pool, store.ClaimFlowParams{WorkerID: "w", Lease: time.Minute,
+		Queues: []store.QueueClaim{{Name: "default", Limit: n}}, Max: n})
+	if err != nil {
+		t.Fatalf("claim flow: %v", err)
+	}
+	return jobs
+}
+
+func countByKey(jobs []*queue.JobRow) map[string]int {
+	out := map[string]int{}
+	for _, j := range jobs {
+		out[*j.FlowKey]++
+	}
+	return out
+}
+
+func (b *testBundle) running(t *testing.T, key string) int {
+	t.Helper()
+	p, err := store.FlowPartition(b.ctx, b.db.Pool, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p.Running
+}
+
+// A concurrency limit holds per partition across claims; the ordinary claim never takes
+// a job under a limit; a completion, a failure and a revocation each free the slot in
+// their own transaction; a job whose limit is not set is refused.
+func TestFlowConcurrencyLimit(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	if _, err := store.Insert(b.ctx, b.db.Pool, store.InsertParams{Kind: "tax", FlowKey: "tax:a"}); !errors.Is(err, queue.ErrInvalid) {
+		t.Fatalf("insert under a limit not set: %v, want ErrInvalid", err)
+	}
+	if err := store.SetFlowLimit(b.ctx, b.db.Pool, queue.FlowLimit{Name: "tax", MaxRunning: 2}); err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		b.insert(t, store.InsertParams{Kind: "tax", FlowKey: "tax:a"})
+		b.insert(t, store.InsertParams{Kind: "tax", FlowKey: "tax:b"})
+	}
+	plain := b.insert(t, store.InsertParams{Kind: "plain"})
+	if got := b.claim(t, "w", 100, time.Minute); len(got) != 1 || got[0].ID != plain.ID {
+		t.Fatalf("ordinary claim took %d jobs, want only the job under no limit", len(got))
+	}
+	first := b.claimFlow(t, 100)
+	if c := countByKey(first); len(first) != 4 || c["tax:a"] != 2 || c["tax:b"] != 2 {
+		t.Fatalf("first flow claim: %v, want 2 per partition", c)
+	}
+	if got := b.claimFlow(t, 100); len(got) != 0 {
+		t.Fatalf("claimed %d jobs past the limit", len(got))
+	}
+	var a []*queue.JobRow
+	for _, j := range first {
+		if *j.FlowKey == "tax:a" {
+			a = append(a, j)
+		}
+	}
+	// A completion frees one slot.
+	if err := store.Complete(b.ctx, b.db.Pool, store.LeaseOf(a[0])); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.running(t, "tax:a"); n != 1 {
+		t.Fatalf("running after a completion: %d, want 1", n)
+	}
+	second := b.claimFlow(t, 100)
+	if c := countByKey(second); len(second) != 1 || c["tax:a"] != 1 {
+		t.Fatalf("after a completion: %v, want one more of tax:a", c)
+	}
+	// A revocation (an operator's requeue of the running job) frees the slot at once;
+	// the stale holder's completion is then rejected and frees nothing twice.
+	if _, err := store.RequeueJob(b.ctx, b.db.Pool, a[1].ID); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.running(t, "tax:a"); n != 1 {
+		t.Fatalf("running after a revocation: %d, want 1", n)
+	}
+	if err := store.Complete(b.ctx, b.db.Pool, store.LeaseOf(a[1])); !errors.Is(err, queue.ErrLeaseLost) {
+		t.Fatalf("stale completion: %v, want ErrLeaseLost", err)
+	}
+	if n := b.running(t, "tax:a"); n != 1 {
+		t.Fatalf("running after the stale completion: %d, want 1", n)
+	}
+	third := b.claimFlow(t, 100)
+	if c := countByKey(third); len(third) != 1 || c["tax:a"] != 1 {
+		t.Fatalf("after a revocation: %v, want one more of tax:a", c)
+	}
+	// A failure with attempts left frees the slot too.
+	if _, err := store.Fail(b.ctx, b.db.Pool, store.LeaseOf(third[0]), store.FailParams{Err: "boom", Backoff: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.running(t, "tax:a"); n != 1 {
+		t.Fatalf("running after a failure: %d, want 1", n)
+	}
+	// Raising the limit applies to the next claim.
+	if err := store.SetFlowLimit(b.ctx, b.db.Pool, queue.FlowLimit{Name: "tax", MaxRunning: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if c := countByKey(b.claimFlow(t, 100)); c["tax:a"] != 2 || c["tax:b"] != 1 {
+		t.Fatalf("after raising the limit to 3: %v, want 2 more of tax:a and 1 of tax:b", c)
+	}
+	if err := store.DeleteFlowLimit(b.ctx, b.db.Pool, "tax"); !errors.Is(err, queue.ErrWrongState) {
+		t.Fatalf("delete a limit in use: %v, want ErrWrongState", err)
+	}
+}
+
+// A sequence runs its jobs one at a time in enqueue order; its head holds it through a
+// retry; a discarded head lets the next go on, or holds it with HoldOnDiscard.
+func TestFlowSequence(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, l := range []queue.FlowLimit{{Name: "seq", Sequence: true}, {Name: "hold", Sequence: true, HoldOnDiscard: true}} {
+		if err := store.SetFlowLimit(b.ctx, b.db.Pool, l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var ids []int64
+	for range 3 {
+		ids = append(ids, b.insert(t, store.InsertParams{Kind: "s", FlowKey: "seq:x", MaxAttempts: 2}).ID)
+	}
+	got := b.claimFlow(t, 10)
+	if len(got) != 1 || got[0].ID != ids[0] {
+		t.Fatalf("first claim of the sequence: %v, want only job %d", got, ids[0])
+	}
+	if _, err := store.Fail(b.ctx, b.db.Pool, store.LeaseOf(got[0]), store.FailParams{Err: "once"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.PromoteDue(b.ctx, b.db.Pool, 100); err != nil {
+		t.Fatal(err)
+	}
+	// The head failed and is available again: it, not the next job, runs.
+	got = b.claimFlow(t, 10)
+	if len(got) != 1 || got[0].ID != ids[0] {
+		t.Fatalf("after the head's failure: %v, want job %d again", got, ids[0])
+	}
+	// Discarded past its attempts: the next goes on.
+	if st, err := store.Fail(b.ctx, b.db.Pool, store.LeaseOf(got[0]), store.FailParams{Err: "twice"}); err != nil || st != queue.StateDiscarded {
+		t.Fatalf("second failure: %s %v, want discarded", st, err)
+	}
+	got = b.claimFlow(t, 10)
+	if len(got) != 1 || got[0].ID != ids[1] {
+		t.Fatalf("after the head was discarded: %v, want job %d", got, ids[1])
+	}
+
+	// HoldOnDiscard: the jobs after a discarded one wait until it is retried.
+	h1 := b.insert(t, store.InsertParams{Kind: "s", FlowKey: "hold:y", MaxAttempts: 1})
+	h2 := b.insert(t, store.InsertParams{Kind: "s", FlowKey: "hold:y"})
+	got = b.claimFlow(t, 10)
+	if len(got) != 1 || got[0].ID != h1.ID {
+		t.Fatalf("hold: first claim %v, want job %d", got, h1.ID)
+	}
+	if st, err := store.Fail(b.ctx, b.db.Pool, store.LeaseOf(got[0]), store.FailParams{Err: "x"}); err != nil || st != queue.StateDiscarded {
+		t.Fatalf("hold: failure %s %v", st, err)
+	}
+	if got = b.claimFlow(t, 10); len(got) != 0 {
+		t.Fatalf("hold: claimed %v behind a discarded head", got)
+	}
+	if _, err := store.RetryJob(b.ctx, b.db.Pool, h1.ID); err != nil {
+		t.Fatal(err)
+	}
+	got = b.claimFlow(t, 10)
+	if len(got) != 1 || got[0].ID != h1.ID {
+		t.Fatalf("hold: after retry %v, want job %d", got, h1.ID)
+	}
+	if err := store.Complete(b.ctx, b.db.Pool, store.LeaseOf(got[0])); err != nil {
+		t.Fatal(err)
+	}
+	if got = b.claimFlow(t, 10); len(got) != 1 || got[0].ID != h2.ID {
+		t.Fatalf("hold: after completion %v, want job %d", got, h2.ID)
+	}
+}
+
+// A rate limit allows its starts per period, and the next start shows when the period
+// is full.
+func TestFlowRateLimit(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	if err := store.SetFlowLimit(b.ctx, b.db.Pool, queue.FlowLimit{Name: "api", Rate: 3, Per: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		b.insert(t, store.InsertParams{Kind: "call", FlowKey: "api:"})
+	}
+	got := b.claimFlow(t, 10)
+	if len(got) != 3 {
+		t.Fatalf("claimed %d, want the 3 the rate allows", len(got))
+	}
+	for _, j := range got {
+		if err := store.Complete(b.ctx, b.db.Pool, store.LeaseOf(j)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if again := b.claimFlow(t, 10); len(again) != 0 {
+		t.Fatalf("claimed %d past the rate", len(again))
+	}
+	p, err := store.FlowPartition(b.ctx, b.db.Pool, "api:")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.StartsInPeriod != 3 || p.NextStart == nil || p.NextStart.Sub(*got[0].AttemptedAt) < time.Hour-time.Second || p.Waiting != 2 {
+		t.Fatalf("partition %+v: want 3 starts, the next an hour after the first, 2 waiting", p)
+	}
+}
