@@ -68,7 +68,7 @@ var commandFlags = map[string][]string{
 		"no-checkpoint", "ceiling-claimers", "claim-batch", "queues", "split-workers", "compare-queues", "args-bytes", "commit-writes",
 		"job-sleep", "layouts", "trace-sql", "cpuprofile", "memprofile", "quiet", "verbose", "database-url", "json"},
 	"chaos": {"duration", "seed", "workers", "faults", "naive", "own-cluster", "hosts", "failover", "async", "replica-lag", "lease", "concurrency", "settle",
-		"wave-every", "customers", "order-keys", "sleep-jobs", "worker-database-url", "no-listen", "log-dir",
+		"wave-every", "customers", "order-keys", "sleep-jobs", "workload", "flow-jobs", "worker-database-url", "no-listen", "log-dir",
 		"keep-schema", "fault-log", "database-url", "json", "log-level", "log-format"},
 	// The naive baseline's worker parses its own arguments (chaos.ParseNaiveFlags).
 	"chaos naive-worker": {},

@@ -131,6 +131,61 @@ type naiveWorker struct {
 
 	mu   sync.Mutex
 	held map[int64]bool
+	// flow is the per-process enforcement of the flow workload's limits, the way a
+	// MaxWorkers semaphore enforces a limit: per flow key (from the job's args), the jobs
+	// this process runs and the times it started them. Other processes do not see it.
+	flowRunning map[string]int
+	flowStarts  map[string][]time.Time
+	flowLimits  map[string]flowSleepArgs
+}
+
+// flowFull returns the flow keys this process must not claim from now: those whose
+// jobs it runs fill their limit, or whose starts fill their rate.
+func (w *naiveWorker) flowFull(now time.Time) []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	full := []string{}
+	for key, a := range w.flowLimits {
+		if a.FlowMax > 0 && w.flowRunning[key] >= a.FlowMax {
+			full = append(full, key)
+			continue
+		}
+		if a.FlowRate > 0 {
+			per := time.Duration(a.FlowPerMS) * time.Millisecond
+			n := 0
+			for _, t := range w.flowStarts[key] {
+				if now.Sub(t) < per {
+					n++
+				}
+			}
+			if n >= a.FlowRate {
+				full = append(full, key)
+			}
+		}
+	}
+	return full
+}
+
+// flowStart counts a claimed flow job in, or out when done.
+func (w *naiveWorker) flowStart(a flowSleepArgs, now time.Time, done bool) {
+	if a.FlowKey == "" {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.flowLimits == nil {
+		w.flowRunning, w.flowStarts, w.flowLimits = map[string]int{}, map[string][]time.Time{}, map[string]flowSleepArgs{}
+	}
+	w.flowLimits[a.FlowKey] = a
+	if done {
+		w.flowRunning[a.FlowKey]--
+		return
+	}
+	w.flowRunning[a.FlowKey]++
+	w.flowStarts[a.FlowKey] = append(w.flowStarts[a.FlowKey], now)
+	if len(w.flowStarts[a.FlowKey]) > 100 {
+		w.flowStarts[a.FlowKey] = w.flowStarts[a.FlowKey][50:]
+	}
 }
 
 // RunNaiveWorker runs a naive baseline worker until ctx is done, then waits up to 2s
@@ -256,7 +311,8 @@ func (w *naiveWorker) loop(ctx context.Context) {
 		var kind string
 		var args []byte
 		var attempt int
-		err := w.pool.QueryRow(ctx, sqlNaiveClaim, w.cfg.ID, w.cfg.Lease.Microseconds()).Scan(&id, &kind, &args, &attempt)
+		err := w.pool.QueryRow(ctx, sqlNaiveClaim, w.cfg.ID, w.cfg.Lease.Microseconds(), w.flowFull(time.Now())).
+			Scan(&id, &kind, &args, &attempt)
 		if err != nil {
 			if !errors.Is(err, pgx.ErrNoRows) && ctx.Err() == nil {
 				w.log.Warn("claim failed", "err", err)
@@ -290,11 +346,13 @@ func (w *naiveWorker) run(ctx context.Context, id int64, kind string, args []byt
 	case diag.NoopKind:
 		return nil
 	case diag.SleepKind:
-		var a diag.SleepArgs
+		var a flowSleepArgs
 		if err := json.Unmarshal(args, &a); err != nil {
 			return err
 		}
+		w.flowStart(a, time.Now(), false)
 		time.Sleep(time.Duration(a.Duration))
+		w.flowStart(a, time.Now(), true)
 		return nil
 	case invoice.Kind:
 		var a invoice.Args

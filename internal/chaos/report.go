@@ -157,6 +157,8 @@ type Report struct {
 
 	// Failover is what a failover run proved on the promoted standby.
 	Failover *FailoverReport `json:"failover,omitempty"`
+	// Flow is what the flow workload's checks found (nil for the other workloads).
+	Flow *FlowReport `json:"flow,omitempty"`
 	// Asserted is false when the run measures rather than asserts (a failover with
 	// asynchronous replication, which is expected to lose acknowledged writes): its
 	// failures are reported, and `fenceq chaos` still exits 0.
@@ -326,6 +328,11 @@ func collect(ctx context.Context, in collectInput) (*Report, error) {
 	if r.Discarded, err = queryStrings(ctx, db, sqlDiscardedDetail, 10); err != nil {
 		return nil, fmt.Errorf("chaos: report: discarded jobs: %w", err)
 	}
+	if in.wl != nil && in.wl.cfg.Flow {
+		if r.Flow, err = checkFlow(ctx, db); err != nil {
+			return nil, err
+		}
+	}
 	r.summarizeFaults(in)
 	for _, w := range e.Workers {
 		if w.Proc.Unexpected() {
@@ -380,6 +387,7 @@ func (r *Report) judge() {
 	}
 	r.Failures = append(r.Failures, r.Crashes...)
 	r.Failures = append(r.Failures, r.Failover.failures()...)
+	r.Failures = append(r.Failures, r.Flow.failures()...)
 	r.Pass = len(r.Failures) == 0
 }
 
@@ -480,8 +488,13 @@ func (r *Report) WriteText(w io.Writer) error {
 		p("  %s\t%s", k, formatCounts(r.Jobs.ByKind[k]))
 	}
 	s := r.Workload
-	p("workload\t%d waves: %d customers billed (%d invoice jobs), %d sleep jobs, %d order keys (%d order.place jobs)",
-		s.Waves, s.Customers, s.BillingJobs, s.SleepJobs, s.OrderKeys, s.OrderJobs)
+	if r.Flow != nil {
+		p("workload\t%d waves: %d jobs under flow limits (concurrency %d per partition, a sequence, %d starts per %s)",
+			s.Waves, s.FlowJobs, flowConcMax, flowRate, flowPer)
+	} else {
+		p("workload\t%d waves: %d customers billed (%d invoice jobs), %d sleep jobs, %d order keys (%d order.place jobs)",
+			s.Waves, s.Customers, s.BillingJobs, s.SleepJobs, s.OrderKeys, s.OrderJobs)
+	}
 	p("order storm\t%d requests: %d created, %d replayed, %d in-flight 409, %d 5xx, %d network errors, %d rejected, %d keys unanswered",
 		s.HTTPRequests, s.HTTPCreated, s.HTTPReplayed, s.HTTPInFlight, s.HTTPErrors, s.HTTPNetErr, s.HTTPRejected, s.KeysUnanswered)
 	p("")
@@ -514,6 +527,11 @@ func (r *Report) WriteText(w io.Writer) error {
 	if r.Emails.Checked {
 		p("emails\t%d received, %d distinct keys, %d redelivered with the same key, %d not received, %d surplus per recipient",
 			r.Emails.Lines, r.Emails.DistinctKeys, r.Emails.Redelivered, r.Emails.NotReceived, r.Emails.SurplusPerRecipient)
+	}
+	if f := r.Flow; f != nil {
+		p("flow: concurrency-limit violations %d (checked %d)", f.ConcurrencyViolations, f.ConcurrencyChecked)
+		p("flow: sequence-order violations %d (checked %d)", f.SequenceViolations, f.SequenceChecked)
+		p("flow: rate-limit violations %d (checked %d)", f.RateViolations, f.RateChecked)
 	}
 	p("duplicates\t%d %s", r.Duplicates, formatCounts(r.DuplicateDetail))
 	p("lost\t%d %s", r.Lost, formatCounts(r.LostDetail))

@@ -187,7 +187,8 @@ FROM fenceq_jobs WHERE kind = 'sleep'`
 
 // sqlNaiveClaim takes one job of any queue that is available (or due) or whose lease
 // expired (like SET NX PX: whoever comes after the expiry gets it), without bumping any
-// generation. $1 worker id, $2 lease (µs).
+// generation. $1 worker id, $2 lease (µs), $3 the flow keys (from the args) this process
+// has no room for.
 const sqlNaiveClaim = `
 UPDATE fenceq_jobs_hot SET state = 'running', leased_by = $1, attempt = attempt + 1,
     attempted_at = now(), heartbeat_at = now(),
@@ -196,6 +197,7 @@ WHERE id = (
     SELECT id FROM fenceq_jobs_hot
     WHERE run_at <= now()
       AND (state IN ('available', 'scheduled', 'retryable') OR (state = 'running' AND lease_expires_at < now()))
+      AND NOT (COALESCE(args ->> 'flow_key', '') = ANY($3::text[]))
     ORDER BY priority, run_at, id
     LIMIT 1
     FOR UPDATE SKIP LOCKED)

@@ -57,6 +57,11 @@ type WorkloadConfig struct {
 	OrderDelay time.Duration
 	// Seed draws the requests and delays.
 	Seed int64
+	// Flow runs the flow workload instead (flow.go): each wave enqueues FlowJobs jobs
+	// per partition of a concurrency limit, a sequence and a rate limit, and nothing
+	// else. FlowJobs defaults to 4.
+	Flow     bool
+	FlowJobs int
 }
 
 func (c *WorkloadConfig) withDefaults(lease time.Duration, hosts bool) error {
@@ -84,6 +89,7 @@ func (c *WorkloadConfig) withDefaults(lease time.Duration, hosts bool) error {
 	defInt(&c.OrderKeys, 8)
 	defInt(&c.OrderClients, 3)
 	defInt(&c.OrderJobs, 2)
+	defInt(&c.FlowJobs, 4)
 	if c.Period == "" {
 		c.Period = "2025-01"
 	}
@@ -91,7 +97,7 @@ func (c *WorkloadConfig) withDefaults(lease time.Duration, hosts bool) error {
 		return fmt.Errorf("chaos: workload: %w", err)
 	}
 	for name, n := range map[string]int{"Customers": c.Customers, "BillingRuns": c.BillingRuns, "SleepJobs": c.SleepJobs,
-		"OrderKeys": c.OrderKeys, "OrderClients": c.OrderClients, "OrderJobs": c.OrderJobs, "StubbornJobs": c.StubbornJobs} {
+		"OrderKeys": c.OrderKeys, "OrderClients": c.OrderClients, "OrderJobs": c.OrderJobs, "StubbornJobs": c.StubbornJobs, "FlowJobs": c.FlowJobs} {
 		if n < 0 {
 			return fmt.Errorf("chaos: workload: %s %d must not be negative", name, n)
 		}
@@ -109,6 +115,7 @@ type WorkloadStats struct {
 	Customers   int   `json:"customers"`
 	BillingJobs int64 `json:"billing_jobs"`
 	SleepJobs   int   `json:"sleep_jobs"`
+	FlowJobs    int   `json:"flow_jobs,omitempty"`
 	OrderKeys   int   `json:"order_keys"`
 	OrderJobs   int   `json:"order_jobs"`
 	// HTTP storm: requests sent and how they were answered.
@@ -194,6 +201,12 @@ func StartWorkload(ctx context.Context, env *Env, cfg WorkloadConfig) (*Workload
 	wl.base = "http://" + ln.Addr().String()
 	wl.srv = &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = wl.srv.Serve(ln) }()
+	if cfg.Flow {
+		if err := wl.startFlow(ctx); err != nil {
+			wl.Close()
+			return nil, err
+		}
+	}
 	return wl, nil
 }
 
@@ -246,6 +259,16 @@ func (wl *Workload) retry(ctx context.Context, what string, fn func() error) err
 // jobs, order.place jobs and an HTTP retry storm.
 func (wl *Workload) Wave(ctx context.Context, i int) error {
 	c := wl.cfg
+	if c.Flow {
+		if err := wl.flowWave(ctx, i); err != nil {
+			return err
+		}
+		wl.mu.Lock()
+		wl.stats.Waves++
+		wl.mu.Unlock()
+		wl.log.Info("flow wave issued", "wave", i)
+		return nil
+	}
 	if c.Customers > 0 {
 		var ids []int64
 		if err := wl.retry(ctx, "seed customers", func() error {

@@ -32,6 +32,10 @@ func chaosCommand() *ucli.Command {
 			"harness runs a synchronous standby and, half-way, kills the primary with COMMITs in flight and\n" +
 			"promotes the standby; every acknowledged enqueue and outcome must be on it (--async measures\n" +
 			"what asynchronous replication loses instead, and exits 0).\n\n" +
+			"With --workload flow the waves are jobs under flow limits instead, and the report adds one line\n" +
+			"per limit (concurrency, sequence order, rate) with the violations found in the lease history\n" +
+			"the database recorded, and how many starts were checked; --naive then enforces the limits in\n" +
+			"each process, as a MaxWorkers semaphore does, and is expected to report violations.\n\n" +
 			"Exit status 0 only when nothing was duplicated or lost and every scheduled fault type fired.\n" +
 			"With --naive the same run uses the naive baseline (no lease generation, unconditional\n" +
 			"release, check-then-insert, no unique constraints): it is expected to report duplicates.",
@@ -55,6 +59,10 @@ func chaosCommand() *ucli.Command {
 			&ucli.IntFlag{Name: "customers", Value: 20, Usage: "customers seeded and billed per wave"},
 			&ucli.IntFlag{Name: "order-keys", Value: 8, Usage: "idempotency keys of the order storm per wave"},
 			&ucli.IntFlag{Name: "sleep-jobs", Value: 3, Usage: "sleep jobs longer than the lease per wave"},
+			&ucli.StringFlag{Name: "workload", Value: "incidents", Usage: "what the workers are given: incidents (billing runs, " +
+				"an order storm, sleep jobs) or flow (jobs under a concurrency limit, a sequence and a rate limit, " +
+				"checked against the database's lease history)"},
+			&ucli.IntFlag{Name: "flow-jobs", Value: 4, Usage: "with --workload flow: jobs per wave per partition of each limit"},
 			&ucli.StringFlag{Name: "worker-database-url", Usage: "what the workers connect to instead, e.g. a PgBouncer " +
 				"whose server connections select the run's schema (then also pass --database-url with that search_path)"},
 			&ucli.BoolFlag{Name: "no-listen", Usage: "workers poll without LISTEN/NOTIFY (needed behind PgBouncer in transaction mode)"},
@@ -103,6 +111,17 @@ func chaosAction(c *ucli.Context) error {
 			return usageError{Err: fmt.Errorf("invalid --%s %s: must be positive", f, c.Duration(f))}
 		}
 	}
+	flow := false
+	switch c.String("workload") {
+	case "incidents":
+	case "flow":
+		flow = true
+	default:
+		return usageError{Err: fmt.Errorf("invalid --workload %q: want incidents or flow", c.String("workload"))}
+	}
+	if c.Int("flow-jobs") < 1 {
+		return usageError{Err: fmt.Errorf("invalid --flow-jobs %d: must be at least 1", c.Int("flow-jobs"))}
+	}
 	if c.Int("workers") < 1 || c.Int("workers") > 64 {
 		return usageError{Err: fmt.Errorf("invalid --workers %d: must be 1–64", c.Int("workers"))}
 	}
@@ -148,7 +167,7 @@ func chaosAction(c *ucli.Context) error {
 			KeepSchema: c.Bool("keep-schema"), WorkerDatabaseURL: c.String("worker-database-url"), Logger: log,
 			Hosts: hosts, Failover: c.Bool("failover"), AsyncReplication: c.Bool("async"), ReplicaLag: c.Duration("replica-lag")},
 		Workload: chaos.WorkloadConfig{WaveEvery: c.Duration("wave-every"), Customers: c.Int("customers"),
-			OrderKeys: c.Int("order-keys"), SleepJobs: c.Int("sleep-jobs")},
+			OrderKeys: c.Int("order-keys"), SleepJobs: c.Int("sleep-jobs"), Flow: flow, FlowJobs: c.Int("flow-jobs")},
 		Seed: seed, Duration: duration, Faults: faults, Settle: c.Duration("settle"), Logger: log,
 	}
 	if hosts > 0 {
