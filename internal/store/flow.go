@@ -249,8 +249,8 @@ func ClaimFlow(ctx context.Context, db queue.DBTX, p ClaimFlowParams) ([]*queue.
 }
 
 // claimFlowSQL is ClaimFlow's statement: $1 queue names, $2 their limits, $3 the most
-// jobs in all, $4 worker id, $5 lease (µs), $6 and $7 the key to start after (” and ”
-// for the first); with kinds, $8 the kinds.
+// jobs in all, $4 worker id, $5 lease (µs), $6 and $7 the key to start after (empty
+// strings for the first); with kinds, $8 the kinds.
 //
 //   - keys walks the distinct (queue, flow key) pairs with available jobs in index
 //     order, one index probe per key (a recursive "skip scan"), so a key with a long
