@@ -90,6 +90,13 @@ type Config struct {
 	// this many queues, the Workers slots split evenly over them, and reports the
 	// ratio of the two. 0 measures Queues queues only.
 	CompareQueues int
+	// CompareFlow, for drain, alternates runs of fenceq with no flow limit with runs in
+	// which every job is under a flow limit of one running job per partition, over
+	// this many partitions, and reports the ratio of the two. 0: off.
+	CompareFlow int
+	// FlowPartitions puts every job of a fenceq run under a flow limit of one running
+	// job per partition, over this many partitions (set by CompareFlow for its side).
+	FlowPartitions int
 	// Conns is the size of each side's connection pool (of each process's, in idle).
 	// Defaults to 8 (2 for idle).
 	Conns int
@@ -336,6 +343,13 @@ func (c Config) validateSlots() error {
 	if c.CompareQueues < 0 {
 		return fmt.Errorf("bench: --compare-queues: %d must not be negative", c.CompareQueues)
 	}
+	if c.CompareFlow < 0 {
+		return fmt.Errorf("bench: --compare-flow: %d must not be negative", c.CompareFlow)
+	}
+	if c.CompareFlow > 0 && (c.Workload != WorkloadDrain || c.CompareQueues > 0 || c.Vs != "") {
+		return fmt.Errorf("bench: --compare-flow: only the %s workload of fenceq alone compares flow limits "+
+			"(without --compare-queues and --vs)", WorkloadDrain)
+	}
 	if c.CompareQueues > 0 {
 		if c.Workload != WorkloadDrain {
 			return fmt.Errorf("bench: --compare-queues: only the %s workload compares queues, not %s", WorkloadDrain, c.Workload)
@@ -400,6 +414,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.CompareQueues > 0 {
 		rep.ratioPairs = compareQueuesPairs(cfg)
 	}
+	if cfg.CompareFlow > 0 {
+		rep.ratioPairs = [][2]string{{compareFlowName(cfg.CompareFlow), SystemFenceq}}
+	}
 	if err := checkConnections(ctx, cfg); err != nil {
 		return nil, err
 	}
@@ -436,6 +453,12 @@ type side struct {
 // system is measured twice, on one queue and on CompareQueues queues (the slots split
 // over them), under the names of compareQueuesName.
 func sidesOf(cfg Config) []side {
+	if cfg.CompareFlow > 0 {
+		flow := cfg
+		flow.FlowPartitions = cfg.CompareFlow
+		return []side{{sys: newFenceqSystem(cfg), cfg: cfg},
+			{sys: renamed{newFenceqSystem(flow), compareFlowName(cfg.CompareFlow)}, cfg: flow}}
+	}
 	if cfg.CompareQueues > 0 {
 		one := cfg
 		one.Queues, one.SplitWorkers = 1, true
@@ -467,6 +490,11 @@ func sidesOf(cfg Config) []side {
 // compareQueuesName names a system's side of --compare-queues: "fenceq/1q",
 // "fenceq/1000q".
 func compareQueuesName(sys string, queues int) string { return fmt.Sprintf("%s/%dq", sys, queues) }
+
+// compareFlowName names the limited side of --compare-flow: "fenceq/flow1000".
+func compareFlowName(partitions int) string {
+	return fmt.Sprintf("%s/flow%d", SystemFenceq, partitions)
+}
 
 // compareQueuesPairs are the ratios of --compare-queues: each system's N queues over
 // its one queue, then fenceq over River on each.

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -77,16 +78,39 @@ func (s *fenceqSystem) effectiveConfig() fenceq.Config {
 }
 
 func (s *fenceqSystem) setup(ctx context.Context, e *env) error {
-	return migrations.Up(ctx, e.pool)
+	if err := migrations.Up(ctx, e.pool); err != nil {
+		return err
+	}
+	if s.cfg.FlowPartitions > 0 {
+		return fenceq.SetFlowLimit(ctx, e.pool, queue.FlowLimit{Name: benchFlowLimit, MaxRunning: 1})
+	}
+	return nil
+}
+
+// benchFlowLimit is the flow limit of --compare-flow's limited side.
+const benchFlowLimit = "bench"
+
+// opts are the insert options of the job with this sequence number: its queue, and its
+// flow partition when the run puts jobs under a limit (nil for neither).
+func (s *fenceqSystem) opts(seq int64) *fenceq.InsertOpts {
+	var o *fenceq.InsertOpts
+	if q := s.cfg.queueOf(seq); q != "default" {
+		o = &fenceq.InsertOpts{Queue: q}
+	}
+	if n := int64(s.cfg.FlowPartitions); n > 0 {
+		if o == nil {
+			o = &fenceq.InsertOpts{}
+		}
+		o.Flow = queue.FlowOpts{Limit: benchFlowLimit, Partition: strconv.FormatInt(seq%n, 10)}
+	}
+	return o
 }
 
 func (s *fenceqSystem) insertBatch(ctx context.Context, e *env, kind string, seqs []int64) error {
 	items := make([]fenceq.EnqueueItem, len(seqs))
 	for i, seq := range seqs {
 		items[i].Args = s.args(kind, seq)
-		if q := s.cfg.queueOf(seq); q != "default" {
-			items[i].Opts = &fenceq.InsertOpts{Queue: q}
-		}
+		items[i].Opts = s.opts(seq)
 	}
 	n, err := fenceq.EnqueueMany(ctx, e.pool, items)
 	if err != nil {
@@ -99,11 +123,7 @@ func (s *fenceqSystem) insertBatch(ctx context.Context, e *env, kind string, seq
 }
 
 func (s *fenceqSystem) insertOne(ctx context.Context, e *env, kind string, seq int64) error {
-	var opts *fenceq.InsertOpts
-	if q := s.cfg.queueOf(seq); q != "default" {
-		opts = &fenceq.InsertOpts{Queue: q}
-	}
-	_, err := fenceq.Enqueue(ctx, e.pool, s.args(kind, seq), opts)
+	_, err := fenceq.Enqueue(ctx, e.pool, s.args(kind, seq), s.opts(seq))
 	return err
 }
 

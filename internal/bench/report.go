@@ -202,6 +202,7 @@ type Settings struct {
 	Queues          int    `json:"queues"`
 	SplitWorkers    bool   `json:"split_workers,omitempty"`
 	CompareQueues   int    `json:"compare_queues,omitempty"`
+	CompareFlow     int    `json:"compare_flow,omitempty"`
 	Processes       int    `json:"processes,omitempty"`
 	Warmup          string `json:"warmup,omitempty"`
 	ArgsBytes       int    `json:"args_bytes,omitempty"`
@@ -253,7 +254,7 @@ func newReport(ctx context.Context, cfg Config, systems []system) (*Report, erro
 // newBaseReport is a report of cfg with its settings and conditions and no sides yet.
 func newBaseReport(ctx context.Context, cfg Config) (*Report, error) {
 	r := &Report{Workload: cfg.Workload, Settings: Settings{
-		Workers: cfg.slotsPerQueue(), SplitWorkers: cfg.SplitWorkers, CompareQueues: cfg.CompareQueues, Conns: cfg.Conns, Runs: cfg.Runs, Retained: cfg.Retained, Checkpoint: cfg.Checkpoint,
+		Workers: cfg.slotsPerQueue(), SplitWorkers: cfg.SplitWorkers, CompareQueues: cfg.CompareQueues, CompareFlow: cfg.CompareFlow, Conns: cfg.Conns, Runs: cfg.Runs, Retained: cfg.Retained, Checkpoint: cfg.Checkpoint,
 		Queues: cfg.Queues, ArgsBytes: cfg.ArgsBytes, CommitWrites: cfg.CommitWrites && cfg.Workload == WorkloadFenced,
 	}}
 	if cfg.JobSleep > 0 {
@@ -444,6 +445,9 @@ func (r *Report) settingsLine() string {
 		parts = append(parts, fmt.Sprintf("at %d jobs/s", s.Rate))
 	}
 	switch {
+	case s.CompareFlow > 0:
+		parts = append(parts, fmt.Sprintf("%d workers, no flow limit against every job under a limit of 1 running per partition over %d partitions",
+			s.Workers, s.CompareFlow))
 	case s.CompareQueues > 0:
 		parts = append(parts, fmt.Sprintf("%d workers on 1 queue against %d queues of %d workers",
 			s.Workers, s.CompareQueues, s.Workers/s.CompareQueues))

@@ -71,6 +71,8 @@ func benchCommand() *ucli.Command {
 			&ucli.IntFlag{Name: "claim-batch", Usage: "fenceq ClaimBatchSize", DefaultText: "the engine's"},
 			&ucli.IntFlag{Name: "queues", Usage: "spread the jobs over `N` queues, each served with --workers slots", DefaultText: "1"},
 			&ucli.BoolFlag{Name: "split-workers", Usage: "drain, fenced, steady, latency: --workers is the total, split evenly over --queues"},
+			&ucli.IntFlag{Name: "compare-flow", Usage: "drain: alternate runs with no flow limit and runs with every job under a " +
+				"limit of one running job per partition, over `N` partitions, and report the ratio", DefaultText: "off"},
 			&ucli.IntFlag{Name: "compare-queues", Usage: "drain: alternate runs on 1 queue and on `N` queues (--workers split over them) and report N/1", DefaultText: "off"},
 			&ucli.IntFlag{Name: "args-bytes", Usage: "pad each job's args with `N` bytes that do not compress", DefaultText: "none"},
 			&ucli.BoolFlag{Name: "commit-writes", Usage: "fenced: fenceq's handler commits through Job.CommitWrites (one pipeline) instead of Job.Commit"},
@@ -106,6 +108,7 @@ func benchCommand() *ucli.Command {
 				Queues:          c.Int("queues"),
 				SplitWorkers:    c.Bool("split-workers"),
 				CompareQueues:   c.Int("compare-queues"),
+				CompareFlow:     c.Int("compare-flow"),
 				ArgsBytes:       c.Int("args-bytes"),
 				JobSleep:        c.Duration("job-sleep"),
 				CommitWrites:    c.Bool("commit-writes"),
@@ -199,7 +202,7 @@ func benchUsage(cfg bench.Config) error {
 	for name, n := range map[string]int{"--jobs": cfg.Jobs, "--rate": cfg.Rate, "--workers": cfg.Workers,
 		"--conns": cfg.Conns, "--retained": cfg.Retained, "--ceiling-claimers": cfg.CeilingClaimers,
 		"--claim-batch": cfg.ClaimBatch, "--queues": cfg.Queues, "--args-bytes": cfg.ArgsBytes,
-		"--compare-queues": cfg.CompareQueues, "--processes": cfg.Processes, "--runs": cfg.Runs} {
+		"--compare-queues": cfg.CompareQueues, "--compare-flow": cfg.CompareFlow, "--processes": cfg.Processes, "--runs": cfg.Runs} {
 		if n < 0 {
 			return usageError{Err: fmt.Errorf("%s: %d must not be negative", name, n)}
 		}

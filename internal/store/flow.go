@@ -253,9 +253,10 @@ func ClaimFlow(ctx context.Context, db queue.DBTX, p ClaimFlowParams) ([]*queue.
 // strings for the first); with kinds, $8 the kinds.
 //
 //   - keys walks the distinct (queue, flow key) pairs with available jobs in index
-//     order, one index probe per key (a recursive "skip scan"), so a key with a long
-//     backlog costs one step, not one per job. It is read lazily: the walk stops once
-//     enough keys with room were found.
+//     order from the cursor (its first row), one index probe per key (a recursive
+//     "skip scan": the next key of the same queue, else the first key of a later
+//     queue), so a key with a long backlog costs one step, not one per job. It is read
+//     lazily: the walk stops once enough keys with room were found.
 //   - room locks the row of each key whose room (what its concurrency limit, rate and
 //     sequence leave) is above zero, skipping rows another claim holds; the room is
 //     computed again from the locked row, so two claims never both fill one slot.
@@ -277,17 +278,20 @@ WITH RECURSIVE
 qs AS MATERIALIZED (
     SELECT * FROM unnest($1::text[], $2::int[]) AS q(name, n)
     WHERE NOT EXISTS (SELECT 1 FROM fenceq_queues p WHERE p.name = q.name AND p.paused)),
-keys(queue, key) AS (
-    (SELECT j.queue, j.flow_key FROM fenceq_jobs_hot j
-     WHERE j.state = ` + sqlAvailable + ` AND j.flow_key IS NOT NULL AND j.queue = ANY($1::text[])
-       AND (j.queue, j.flow_key) > ($6::text, $7::text)
-     ORDER BY j.queue, j.flow_key LIMIT 1)
+keys(queue, key, seed) AS (
+    SELECT $6::text, $7::text, true
     UNION ALL
-    SELECT x.queue, x.flow_key FROM keys k CROSS JOIN LATERAL (
-        SELECT j.queue, j.flow_key FROM fenceq_jobs_hot j
-        WHERE j.state = ` + sqlAvailable + ` AND j.flow_key IS NOT NULL AND j.queue = ANY($1::text[])
-          AND (j.queue, j.flow_key) > (k.queue, k.key)
-        ORDER BY j.queue, j.flow_key LIMIT 1) x),
+    SELECT x.queue, x.flow_key, false FROM keys k CROSS JOIN LATERAL (
+        SELECT * FROM (
+            (SELECT j.queue, j.flow_key FROM fenceq_jobs_hot j
+             WHERE j.state = ` + sqlAvailable + ` AND j.flow_key IS NOT NULL AND j.queue = k.queue AND j.flow_key > k.key
+               AND k.queue = ANY($1::text[])
+             ORDER BY j.flow_key LIMIT 1)
+            UNION ALL
+            (SELECT j.queue, j.flow_key FROM fenceq_jobs_hot j
+             WHERE j.state = ` + sqlAvailable + ` AND j.flow_key IS NOT NULL AND j.queue > k.queue AND j.queue = ANY($1::text[])
+             ORDER BY j.queue, j.flow_key LIMIT 1)) y
+        LIMIT 1) x),
 room AS (
     SELECT k.queue, fk.key, l.sequence, fk.holder,
            LEAST(COALESCE(l.max_running, 2147483647) - fk.running,
@@ -295,7 +299,7 @@ room AS (
                  COALESCE(l.rate_limit - (SELECT count(*) FROM unnest(fk.starts) s WHERE s > now() - ` + period + `),
                           2147483647)) AS n
     FROM keys k JOIN fenceq_flow_keys fk ON fk.key = k.key JOIN fenceq_flow_limits l ON l.name = fk.limit_name
-    WHERE LEAST(COALESCE(l.max_running, 2147483647) - fk.running,
+    WHERE NOT k.seed AND LEAST(COALESCE(l.max_running, 2147483647) - fk.running,
                 CASE WHEN l.sequence THEN 1 - fk.running ELSE 2147483647 END,
                 COALESCE(l.rate_limit - (SELECT count(*) FROM unnest(fk.starts) s WHERE s > now() - ` + period + `),
                          2147483647)) > 0
