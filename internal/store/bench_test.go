@@ -160,3 +160,63 @@ func BenchmarkWithLeaseCommit(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkClaimFlowPileup measures the flow claim as jobs pile up behind a full
+// partition: one partition of a limit of one running job holds its slot, with pileup
+// jobs waiting behind it ahead (in key order) of 100 partitions with one job each. Each
+// iteration claims the 100 in a transaction it then rolls back, so every iteration
+// finds the same jobs. The time per claim should not grow with the pile:
+//
+//	go test -run '^$' -bench ClaimFlowPileup -benchtime 200x ./internal/store/
+func BenchmarkClaimFlowPileup(b *testing.B) {
+	for _, pileup := range []int{0, 10_000, 100_000} {
+		b.Run(fmt.Sprintf("pileup=%d", pileup), func(b *testing.B) {
+			db, ctx := benchDB(b)
+			if err := store.SetFlowLimit(ctx, db.Pool, queue.FlowLimit{Name: "b", MaxRunning: 1}); err != nil {
+				b.Fatal(err)
+			}
+			ps := []store.InsertParams{{Kind: "bench", FlowKey: "b:0000"}}
+			for range pileup {
+				ps = append(ps, store.InsertParams{Kind: "bench", FlowKey: "b:0000"})
+			}
+			for i := 1; i <= 100; i++ {
+				ps = append(ps, store.InsertParams{Kind: "bench", FlowKey: fmt.Sprintf("b:%04d", i)})
+			}
+			for len(ps) > 0 {
+				k := min(len(ps), 5000)
+				if _, err := store.InsertMany(ctx, db.Pool, ps[:k]); err != nil {
+					b.Fatalf("fill: %v", err)
+				}
+				ps = ps[k:]
+			}
+			claim := func(db queue.DBTX, n int) []*queue.JobRow {
+				jobs, _, err := store.ClaimFlow(ctx, db, store.ClaimFlowParams{WorkerID: "bench", Lease: time.Minute,
+					Queues: []store.QueueClaim{{Name: queue.DefaultQueue, Limit: n}}, Max: n})
+				if err != nil {
+					b.Fatal(err)
+				}
+				return jobs
+			}
+			// The first claim fills partition b:0000's only slot.
+			if got := claim(db.Pool, 1); len(got) != 1 || *got[0].FlowKey != "b:0000" {
+				b.Fatalf("first claim: %v", got)
+			}
+			if _, err := db.Pool.Exec(ctx, `VACUUM ANALYZE fenceq_jobs_hot`); err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for range b.N {
+				tx, err := db.Pool.Begin(ctx)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if got := claim(tx, 100); len(got) != 100 {
+					b.Fatalf("claimed %d, want the 100 partitions with room", len(got))
+				}
+				if err := tx.Rollback(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -171,8 +171,8 @@ func flowPartitions(ctx context.Context, db queue.DBTX, limit, key *string, max 
 	return out, nil
 }
 
-// FlowCursor is where a flow claim's walk over the keys stopped: the next claim starts
-// after it, so that every key gets its turn.
+// FlowCursor is the last key a flow claim took jobs from: the next claim's walk over the
+// keys starts after it (and wraps around to it), so that every key gets its turn.
 type FlowCursor struct {
 	Queue, Key string
 }
@@ -191,12 +191,27 @@ type ClaimFlowParams struct {
 	After *FlowCursor
 }
 
+// less orders cursors by queue, then key.
+func (c FlowCursor) less(d FlowCursor) bool {
+	return c.Queue < d.Queue || c.Queue == d.Queue && c.Key < d.Key
+}
+
+// walkLess orders keys as a walk that starts after at visits them: the keys after at
+// first, then the keys from the start up to at.
+func walkLess(a, b, at FlowCursor) bool {
+	ra, rb := !at.less(a), !at.less(b) // true: visited after wrapping
+	if ra != rb {
+		return !ra
+	}
+	return a.less(b)
+}
+
 // ClaimFlow claims jobs under flow limits from p.Queues: it walks the keys that have
 // available jobs, one step per key however many jobs wait under it, locks the row of
 // each key that has room (skipping a key another claim holds), takes up to its room in
 // claim order (a sequence: only its head, the key's oldest unfinished job), and counts
 // the jobs on the key's row in the same statement. It returns the jobs, with their
-// queues, and the key the walk stopped at (nil when it reached the end).
+// queues, and the cursor for the next claim.
 func ClaimFlow(ctx context.Context, db queue.DBTX, p ClaimFlowParams) ([]*queue.JobRow, *FlowCursor, error) {
 	if p.Lease <= 0 {
 		return nil, nil, invalid("lease", "%s must be positive", p.Lease)
@@ -236,14 +251,16 @@ func ClaimFlow(ctx context.Context, db queue.DBTX, p ClaimFlowParams) ([]*queue.
 	if err != nil {
 		return nil, nil, fmt.Errorf("claim jobs under flow limits: %w", err)
 	}
+	// The next claim starts after the last key this one took from in its walk, or
+	// where this one started when it took nothing.
 	var last *FlowCursor
-	if len(jobs) >= total {
-		// The walk stopped early: the next claim starts after the last key it took from.
-		for _, j := range jobs {
-			if last == nil || j.Queue > last.Queue || (j.Queue == last.Queue && *j.FlowKey > last.Key) {
-				last = &FlowCursor{Queue: j.Queue, Key: *j.FlowKey}
-			}
+	for _, j := range jobs {
+		if c := (FlowCursor{Queue: j.Queue, Key: *j.FlowKey}); last == nil || walkLess(*last, c, after) {
+			last = &c
 		}
+	}
+	if last == nil {
+		last = p.After
 	}
 	return jobs, last, nil
 }
@@ -253,10 +270,12 @@ func ClaimFlow(ctx context.Context, db queue.DBTX, p ClaimFlowParams) ([]*queue.
 // strings for the first); with kinds, $8 the kinds.
 //
 //   - keys walks the distinct (queue, flow key) pairs with available jobs in index
-//     order from the cursor (its first row), one index probe per key (a recursive
-//     "skip scan": the next key of the same queue, else the first key of a later
-//     queue), so a key with a long backlog costs one step, not one per job. It is read
-//     lazily: the walk stops once enough keys with room were found.
+//     order, one index probe per key (a recursive "skip scan": the next key of the
+//     same queue, else the first key of a later queue), so a key with a long backlog
+//     costs one step, not one per job. It starts after the cursor (its first row) and,
+//     at the end, wraps around to the first key and on up to the cursor, so every key
+//     is visited once and the keys after the cursor, claimed longest ago, come first.
+//     It is read lazily: the walk stops once enough keys with room were found.
 //   - room locks the row of each key whose room (what its concurrency limit, rate and
 //     sequence leave) is above zero, skipping rows another claim holds; the room is
 //     computed again from the locked row, so two claims never both fill one slot.
@@ -278,20 +297,25 @@ WITH RECURSIVE
 qs AS MATERIALIZED (
     SELECT * FROM unnest($1::text[], $2::int[]) AS q(name, n)
     WHERE NOT EXISTS (SELECT 1 FROM fenceq_queues p WHERE p.name = q.name AND p.paused)),
-keys(queue, key, seed) AS (
-    SELECT $6::text, $7::text, true
+keys(queue, key, seed, wrap) AS (
+    SELECT $6::text, $7::text, true, false
     UNION ALL
-    SELECT x.queue, x.flow_key, false FROM keys k CROSS JOIN LATERAL (
+    SELECT x.queue, x.flow_key, false, x.wrap FROM keys k CROSS JOIN LATERAL (
         SELECT * FROM (
-            (SELECT j.queue, j.flow_key FROM fenceq_jobs_hot j
+            (SELECT j.queue, j.flow_key, k.wrap FROM fenceq_jobs_hot j
              WHERE j.state = ` + sqlAvailable + ` AND j.flow_key IS NOT NULL AND j.queue = k.queue AND j.flow_key > k.key
                AND k.queue = ANY($1::text[])
              ORDER BY j.flow_key LIMIT 1)
             UNION ALL
-            (SELECT j.queue, j.flow_key FROM fenceq_jobs_hot j
+            (SELECT j.queue, j.flow_key, k.wrap FROM fenceq_jobs_hot j
              WHERE j.state = ` + sqlAvailable + ` AND j.flow_key IS NOT NULL AND j.queue > k.queue AND j.queue = ANY($1::text[])
+             ORDER BY j.queue, j.flow_key LIMIT 1)
+            UNION ALL
+            (SELECT j.queue, j.flow_key, true FROM fenceq_jobs_hot j
+             WHERE j.state = ` + sqlAvailable + ` AND j.flow_key IS NOT NULL AND j.queue = ANY($1::text[]) AND NOT k.wrap
              ORDER BY j.queue, j.flow_key LIMIT 1)) y
-        LIMIT 1) x),
+        LIMIT 1) x
+    WHERE NOT x.wrap OR (x.queue, x.flow_key) <= ($6::text, $7::text)),
 room AS (
     SELECT k.queue, fk.key, l.sequence, fk.holder,
            LEAST(COALESCE(l.max_running, 2147483647) - fk.running,

@@ -215,3 +215,36 @@ func TestFlowRateLimit(t *testing.T) {
 		t.Fatalf("partition %+v: want 3 starts, the next an hour after the first, 2 waiting", p)
 	}
 }
+
+// The flow claim's walk starts after its cursor and wraps around to it: every key with
+// room is reached whatever the cursor, and the next cursor is the last key taken in the
+// walk's order.
+func TestFlowClaimCursorWraps(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	if err := store.SetFlowLimit(b.ctx, b.db.Pool, queue.FlowLimit{Name: "w", MaxRunning: 1}); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"w:a", "w:b", "w:c", "w:d"} {
+		b.insert(t, store.InsertParams{Kind: "k", FlowKey: k})
+	}
+	claim := func(after *store.FlowCursor, n int) ([]*queue.JobRow, *store.FlowCursor) {
+		jobs, next, err := store.ClaimFlow(b.ctx, b.db.Pool, store.ClaimFlowParams{WorkerID: "w", Lease: time.Minute,
+			Queues: []store.QueueClaim{{Name: "default", Limit: n}}, Max: n, After: after})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return jobs, next
+	}
+	got, next := claim(&store.FlowCursor{Queue: "default", Key: "w:b"}, 2)
+	if c := countByKey(got); len(got) != 2 || c["w:c"] != 1 || c["w:d"] != 1 || *next != (store.FlowCursor{Queue: "default", Key: "w:d"}) {
+		t.Fatalf("after w:b: %v, next %+v; want w:c and w:d first, next w:d", c, next)
+	}
+	got, next = claim(next, 10)
+	if c := countByKey(got); len(got) != 2 || c["w:a"] != 1 || c["w:b"] != 1 || *next != (store.FlowCursor{Queue: "default", Key: "w:b"}) {
+		t.Fatalf("after w:d: %v, next %+v; want the walk to wrap to w:a and w:b, next w:b", c, next)
+	}
+	if got, again := claim(next, 10); len(got) != 0 || *again != *next {
+		t.Fatalf("nothing left: %d jobs, cursor %+v; want none and the cursor kept", len(got), again)
+	}
+}
