@@ -97,20 +97,34 @@ BEGIN
 END;
 $fn$;
 
-CREATE TRIGGER fenceq_flow_release_update AFTER UPDATE ON fenceq_jobs_hot FOR EACH ROW
-    WHEN (OLD.flow_key IS NOT NULL AND (
-        (OLD.state = 'running' AND (NEW.state <> 'running' OR NEW.lease_gen <> OLD.lease_gen))
-        OR (NEW.state IN ('completed', 'discarded', 'cancelled') AND NEW.state IS DISTINCT FROM OLD.state)))
-    EXECUTE FUNCTION fenceq_flow_release();
-CREATE TRIGGER fenceq_flow_release_delete AFTER DELETE ON fenceq_jobs_hot FOR EACH ROW
-    WHEN (OLD.flow_key IS NOT NULL)
-    EXECUTE FUNCTION fenceq_flow_release();
-CREATE TRIGGER fenceq_flow_release_finish AFTER INSERT ON fenceq_jobs_history FOR EACH ROW
-    WHEN (NEW.flow_key IS NOT NULL)
-    EXECUTE FUNCTION fenceq_flow_release();
-CREATE TRIGGER fenceq_flow_release_history_delete AFTER DELETE ON fenceq_jobs_history FOR EACH ROW
-    WHEN (OLD.flow_key IS NOT NULL)
-    EXECUTE FUNCTION fenceq_flow_release();
+-- A Citus distributed table cannot have triggers: there the triggers are left out, and
+-- fenceq.SetFlowLimit refuses to set a limit (see docs/citus.md).
+DO $$
+DECLARE
+    distributed boolean := false;
+BEGIN
+    IF to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL THEN
+        EXECUTE 'SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_dist_partition WHERE logicalrelid = $1)'
+            INTO distributed USING 'fenceq_jobs_hot'::regclass;
+    END IF;
+    IF NOT distributed THEN
+        CREATE TRIGGER fenceq_flow_release_update AFTER UPDATE ON fenceq_jobs_hot FOR EACH ROW
+            WHEN (OLD.flow_key IS NOT NULL AND (
+                (OLD.state = 'running' AND (NEW.state <> 'running' OR NEW.lease_gen <> OLD.lease_gen))
+                OR (NEW.state IN ('completed', 'discarded', 'cancelled') AND NEW.state IS DISTINCT FROM OLD.state)))
+            EXECUTE FUNCTION fenceq_flow_release();
+        CREATE TRIGGER fenceq_flow_release_delete AFTER DELETE ON fenceq_jobs_hot FOR EACH ROW
+            WHEN (OLD.flow_key IS NOT NULL)
+            EXECUTE FUNCTION fenceq_flow_release();
+        CREATE TRIGGER fenceq_flow_release_finish AFTER INSERT ON fenceq_jobs_history FOR EACH ROW
+            WHEN (NEW.flow_key IS NOT NULL)
+            EXECUTE FUNCTION fenceq_flow_release();
+        CREATE TRIGGER fenceq_flow_release_history_delete AFTER DELETE ON fenceq_jobs_history FOR EACH ROW
+            WHEN (OLD.flow_key IS NOT NULL)
+            EXECUTE FUNCTION fenceq_flow_release();
+    END IF;
+END;
+$$;
 
 -- The view of both tables shows the flow key too (columns can only be appended).
 CREATE OR REPLACE VIEW fenceq_jobs AS

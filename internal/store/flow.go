@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -59,10 +60,23 @@ func flowKeyError(err error, key string) error {
 	return fmt.Errorf("create flow key %q: %w", key, err)
 }
 
+// ErrFlowUnsupported is returned by SetFlowLimit on a schema without the triggers that
+// count leases out (a Citus distributed one).
+var ErrFlowUnsupported = errors.New("flow limits need the triggers of migration 000020 on fenceq_jobs_hot, " +
+	"which this schema does not have (a Citus distributed table cannot have triggers)")
+
 // SetFlowLimit creates or changes a flow limit. A change applies to the next claim.
 func SetFlowLimit(ctx context.Context, db queue.DBTX, l queue.FlowLimit) error {
 	if err := l.Validate(); err != nil {
 		return err
+	}
+	var ok bool
+	if err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger
+WHERE tgname = 'fenceq_flow_release_update' AND tgrelid = to_regclass('fenceq_jobs_hot'))`).Scan(&ok); err != nil {
+		return fmt.Errorf("set flow limit %q: %w", l.Name, err)
+	}
+	if !ok {
+		return fmt.Errorf("set flow limit %q: %w", l.Name, ErrFlowUnsupported)
 	}
 	if _, err := db.Exec(ctx, `
 INSERT INTO fenceq_flow_limits (name, max_running, rate_limit, rate_period_us, sequence, hold_on_discard)
