@@ -7,6 +7,11 @@ import (
 	"github.com/fenceq/fenceq/queue"
 )
 
+// ErrFlowUnsupported is returned by SetFlowLimit (and by a worker's Start with
+// Config.FlowLimits) on a schema whose tables cannot carry the triggers that count
+// leases out: a Citus distributed one. Compare with errors.Is.
+var ErrFlowUnsupported = store.ErrFlowUnsupported
+
 // SetFlowLimit creates or changes a flow limit (queue.FlowLimit). The change applies to
 // the next claim of every worker; jobs already running keep running. Jobs are put under
 // a limit with InsertOpts.Flow, and a worker can define its limits in Config.FlowLimits.
