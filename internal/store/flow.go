@@ -44,6 +44,13 @@ SELECT DISTINCT flow_key, split_part(flow_key, ':', 1) FROM fenceq_jobs_staging 
 ORDER BY 1
 ON CONFLICT (key) DO NOTHING`
 
+// sqlMissingStagedFlowLimit names a limit that jobs of an InsertMany's staging table are
+// under but that is not set (NULL when every one is).
+const sqlMissingStagedFlowLimit = `
+SELECT min(split_part(s.flow_key, ':', 1)) FROM fenceq_jobs_staging s
+WHERE s.flow_key IS NOT NULL
+  AND NOT EXISTS (SELECT 1 FROM fenceq_flow_limits l WHERE l.name = split_part(s.flow_key, ':', 1))`
+
 // ensureFlowKey runs sqlEnsureFlowKey, turning a missing limit into a ValidationError.
 func ensureFlowKey(ctx context.Context, db queue.DBTX, key string) error {
 	if _, err := db.Exec(ctx, sqlEnsureFlowKey, key, FlowKeyLimit(key)); err != nil {

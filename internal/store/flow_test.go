@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -246,5 +247,33 @@ func TestFlowClaimCursorWraps(t *testing.T) {
 	}
 	if got, again := claim(next, 10); len(got) != 0 || *again != *next {
 		t.Fatalf("nothing left: %d jobs, cursor %+v; want none and the cursor kept", len(got), again)
+	}
+}
+
+// A batch insert under limits creates each partition's row once, and one job under a
+// limit that is not set fails the whole batch, naming that limit.
+func TestFlowInsertMany(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	if err := store.SetFlowLimit(b.ctx, b.db.Pool, queue.FlowLimit{Name: "m", MaxRunning: 1}); err != nil {
+		t.Fatal(err)
+	}
+	ps := []store.InsertParams{{Kind: "k", FlowKey: "m:1"}, {Kind: "k", FlowKey: "m:1"}, {Kind: "k", FlowKey: "m:2"}, {Kind: "k"}}
+	if n, err := store.InsertMany(b.ctx, b.db.Pool, ps); err != nil || n != 4 {
+		t.Fatalf("insert many: %d, %v", n, err)
+	}
+	parts, err := store.FlowPartitions(b.ctx, b.db.Pool, "m", 10)
+	if err != nil || len(parts) != 2 || parts[0].Waiting+parts[1].Waiting != 3 {
+		t.Fatalf("partitions %+v, %v: want m:1 and m:2 with 3 jobs waiting", parts, err)
+	}
+	bad := append(ps, store.InsertParams{Kind: "k", FlowKey: "nolimit:x"})
+	_, err = store.InsertMany(b.ctx, b.db.Pool, bad)
+	var ve *queue.ValidationError
+	if !errors.As(err, &ve) || !strings.Contains(ve.Reason, `"nolimit"`) {
+		t.Fatalf("batch with a job under a limit not set: %v, want a validation error naming it", err)
+	}
+	var jobs int
+	if err := b.db.Pool.QueryRow(b.ctx, `SELECT count(*) FROM fenceq_jobs`).Scan(&jobs); err != nil || jobs != 4 {
+		t.Fatalf("jobs after the refused batch: %d, %v; want the 4 of the first batch only", jobs, err)
 	}
 }

@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
-	"github.com/fenceq/fenceq/queue"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/fenceq/fenceq/queue"
 )
 
 // InsertParams describes one job to enqueue. Zero values take the defaults above.
@@ -253,12 +256,16 @@ func insertMany(ctx context.Context, db queue.Beginner, ps []InsertParams, simpl
 	if err != nil {
 		return 0, fmt.Errorf("copy %d jobs into staging: %w", len(ps), err)
 	}
-	for i := range ps {
-		if ps[i].FlowKey != "" {
-			if _, err := tx.Exec(ctx, sqlEnsureStagedFlowKeys); err != nil {
-				return 0, flowKeyError(err, ps[i].FlowKey)
-			}
-			break
+	if slices.ContainsFunc(ps, func(p InsertParams) bool { return p.FlowKey != "" }) {
+		var missing *string
+		if err := tx.QueryRow(ctx, sqlMissingStagedFlowLimit).Scan(&missing); err != nil {
+			return 0, fmt.Errorf("copy %d jobs: look up their flow limits: %w", len(ps), err)
+		}
+		if missing != nil {
+			return 0, flowKeyError(&pgconn.PgError{Code: CodeForeignKeyViolation}, *missing+":")
+		}
+		if _, err := tx.Exec(ctx, sqlEnsureStagedFlowKeys); err != nil {
+			return 0, fmt.Errorf("copy %d jobs: create their flow keys: %w", len(ps), err)
 		}
 	}
 	var inserted int64
