@@ -200,8 +200,8 @@ func (w *Worker) flushCompletions(batch []*execution) {
 	}
 }
 
-// runMaintenance runs the reaper and scheduler every ReaperInterval and retention every
-// PruneInterval. Every worker runs it; all its statements are safe to run concurrently
+// runMaintenance runs the reaper, the scheduler and the job counters' roll-up every
+// ReaperInterval and retention every PruneInterval. Every worker runs it; all its statements are safe to run concurrently
 // (SKIP LOCKED and compare-and-set on the generation).
 func (w *Worker) runMaintenance(ctx context.Context) {
 	defer w.bgWG.Done()
@@ -246,6 +246,7 @@ func (w *Worker) reapOnce(ctx context.Context) {
 			break
 		}
 	}
+	w.rollupOnce(ctx)
 	for ctx.Err() == nil {
 		pctx, cancel := context.WithTimeout(ctx, w.cfg.WriteTimeout)
 		n, err := store.PromoteDue(pctx, w.pool, w.cfg.ReapBatchSize)
@@ -257,6 +258,17 @@ func (w *Worker) reapOnce(ctx context.Context) {
 		if n < int64(w.cfg.ReapBatchSize) {
 			break
 		}
+	}
+}
+
+// rollupOnce adds the jobs finished since the last roll-up to the job counters the
+// dashboard reads (store.RollupCounts). Every worker tries every ReaperInterval; one at a
+// time counts, the others skip.
+func (w *Worker) rollupOnce(ctx context.Context) {
+	rctx, cancel := context.WithTimeout(ctx, w.cfg.WriteTimeout)
+	defer cancel()
+	if _, err := store.RollupCounts(rctx, w.pool); err != nil && ctx.Err() == nil {
+		w.log.Warn("job counter roll-up failed", "err", err)
 	}
 }
 

@@ -65,20 +65,23 @@ func ListWorkers(ctx context.Context, db queue.DBTX) ([]queue.WorkerInfo, error)
 }
 
 // SchemaVersion is the core schema version whose tables this engine writes: the hot set
-// and history of migration 000014.
-const SchemaVersion = 14
+// and history of migration 000014 and the job counters of migration 000019.
+const SchemaVersion = 19
 
 // CheckSchema returns an error naming the step to take when the schema on db's
-// search_path has no fenceq_jobs_hot: fenceq's tables there predate SchemaVersion (or are
-// not installed), and every statement of this engine would fail on them.
+// search_path has no fenceq_jobs_hot or no fenceq_job_counts: fenceq's tables there
+// predate SchemaVersion (or are not installed), and statements of this engine would fail
+// on them.
 func CheckSchema(ctx context.Context, db queue.DBTX) error {
-	var ok bool
-	if err := db.QueryRow(ctx, `SELECT to_regclass('fenceq_jobs_hot') IS NOT NULL`).Scan(&ok); err != nil {
+	var missing *string
+	err := db.QueryRow(ctx, `SELECT CASE WHEN to_regclass('fenceq_jobs_hot') IS NULL THEN 'fenceq_jobs_hot'
+		WHEN to_regclass('fenceq_job_counts') IS NULL THEN 'fenceq_job_counts' END`).Scan(&missing)
+	if err != nil {
 		return fmt.Errorf("check fenceq's schema: %w", err)
 	}
-	if !ok {
+	if missing != nil {
 		return fmt.Errorf("fenceq's tables on this search_path are missing or predate core schema version %d "+
-			"(no fenceq_jobs_hot): run `fenceq migrate up` or migrations.Up first", SchemaVersion)
+			"(no %s): run `fenceq migrate up` or migrations.Up first", SchemaVersion, *missing)
 	}
 	return nil
 }
