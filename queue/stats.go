@@ -56,6 +56,39 @@ type Throughput struct {
 	Capped bool `json:"capped"`
 }
 
+// Rollup is the outcome of one roll-up of the job counters (fenceq.RollupJobCounts).
+type Rollup struct {
+	// Skipped is true when another roll-up held the counters' cursor: this one counted
+	// nothing.
+	Skipped bool `json:"skipped"`
+	// From and To bound the finish times counted, From excluded and To included.
+	From time.Time `json:"from"`
+	To   time.Time `json:"to"`
+	// Jobs is how many finished jobs were counted.
+	Jobs int64 `json:"jobs"`
+}
+
+// CountersState is how far the job counters have been rolled up.
+type CountersState struct {
+	// RolledTo is the counters' cursor: jobs finished at or before it are counted. Zero
+	// before the first roll-up.
+	RolledTo time.Time `json:"rolled_to"`
+	// RolledAt is when the last roll-up ran, by the database's clock; zero before the
+	// first.
+	RolledAt time.Time `json:"rolled_at"`
+}
+
+// KindErrors is one kind's errors over a window, as fenceq.CountErrorsByKind counts
+// them from the job counters.
+type KindErrors struct {
+	Kind string `json:"kind"`
+	// Discarded counts the kind's jobs discarded in the window.
+	Discarded int64 `json:"discarded"`
+	// Failed counts the failed attempts recorded in the window by the kind's jobs that
+	// have finished: handler errors, panics and lease expiries, not cancellations.
+	Failed int64 `json:"failed"`
+}
+
 // Activity is what pg_stat_activity says about the database's open transactions.
 type Activity struct {
 	// OldestTransactionAge is the age of the oldest open client transaction (idle ones

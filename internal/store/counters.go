@@ -30,23 +30,13 @@ const (
 	rollupMaxLag = 5 * time.Minute
 )
 
-// Rollup is the outcome of one RollupCounts.
-type Rollup struct {
-	// Skipped is true when another roll-up held the cursor: this one counted nothing.
-	Skipped bool
-	// From and To bound the finish times counted, From excluded and To included.
-	From, To time.Time
-	// Jobs is how many finished jobs were counted.
-	Jobs int64
-}
-
 // RollupCounts adds to fenceq_job_counts the jobs that finished since the cursor, up to
 // a horizon before which no job can still be finished, and advances the cursor. It reads
 // fenceq_jobs_history and the finished jobs of the hot set (those holding their unique
 // key) by their finished_at indexes, so it costs what finished since the last roll-up.
 //
 // The count is exact: the cursor row is locked for the whole roll-up (a concurrent one
-// skips, Rollup.Skipped), and the horizon is before the start of every transaction that
+// skips, queue.Rollup.Skipped), and the horizon is before the start of every transaction that
 // could still commit a finished job (see sqlRollupHorizon), and at most rollupMaxLag
 // before now(): a job finished by a transaction open longer than that, or by one that
 // wrote nothing to the job tables until after the roll-up passed its start (a call of
@@ -58,11 +48,11 @@ type Rollup struct {
 //
 // db must not be a transaction: the horizon is read by a statement before the one that
 // reads the jobs, each with its own snapshot.
-func RollupCounts(ctx context.Context, db queue.DBTX) (Rollup, error) {
+func RollupCounts(ctx context.Context, db queue.DBTX) (queue.Rollup, error) {
 	if _, ok := db.(pgx.Tx); ok {
-		return Rollup{}, errors.New("roll up job counters: needs a pool or a connection, not a transaction")
+		return queue.Rollup{}, errors.New("roll up job counters: needs a pool or a connection, not a transaction")
 	}
-	var out Rollup
+	var out queue.Rollup
 	err := inTx(ctx, db, func(tx queue.DBTX) error {
 		var from time.Time
 		err := tx.QueryRow(ctx, sqlRollupLock, micros(CounterRetention)).Scan(&from)
@@ -87,7 +77,7 @@ func RollupCounts(ctx context.Context, db queue.DBTX) (Rollup, error) {
 		return nil
 	})
 	if err != nil {
-		return Rollup{}, fmt.Errorf("roll up job counters: %w", err)
+		return queue.Rollup{}, fmt.Errorf("roll up job counters: %w", err)
 	}
 	return out, nil
 }
@@ -163,19 +153,9 @@ old AS (
     DELETE FROM fenceq_job_counts WHERE bucket < now() - $3::bigint * interval '1 microsecond')
 SELECT count(*) FROM fin`
 
-// KindErrors is one kind's errors over a window, from the counters.
-type KindErrors struct {
-	Kind string
-	// Discarded counts the kind's jobs discarded in the window.
-	Discarded int64
-	// Failed counts the failed attempts recorded in the window by the kind's jobs that
-	// have finished (lease expiries included, cancellations not).
-	Failed int64
-}
-
 // CountErrorsByKind reads the discarded jobs and the failed attempts of finished jobs
 // per kind over the last window, from the counters, kinds with the most first.
-func CountErrorsByKind(ctx context.Context, db queue.DBTX, window time.Duration) ([]KindErrors, error) {
+func CountErrorsByKind(ctx context.Context, db queue.DBTX, window time.Duration) ([]queue.KindErrors, error) {
 	if window <= 0 || window > CounterRetention {
 		return nil, invalid("window", "%s is outside (0, %s]", window, CounterRetention)
 	}
@@ -184,9 +164,9 @@ func CountErrorsByKind(ctx context.Context, db queue.DBTX, window time.Duration)
 		return nil, fmt.Errorf("count errors by kind: %w", err)
 	}
 	defer rows.Close()
-	var out []KindErrors
+	var out []queue.KindErrors
 	for rows.Next() {
-		var k KindErrors
+		var k queue.KindErrors
 		if err := rows.Scan(&k.Kind, &k.Discarded, &k.Failed); err != nil {
 			return nil, fmt.Errorf("count errors by kind: %w", err)
 		}
@@ -209,15 +189,19 @@ GROUP BY kind
 HAVING sum(jobs) FILTER (WHERE state = ` + sqlDiscarded + `) > 0 OR sum(failed) > 0
 ORDER BY COALESCE(sum(jobs) FILTER (WHERE state = ` + sqlDiscarded + `), 0) + sum(failed) DESC, kind`
 
-// RolledTo returns the counters' cursor: jobs finished at or before it are counted. It is
-// the zero time before the first roll-up.
-func RolledTo(ctx context.Context, db queue.DBTX) (time.Time, error) {
-	var t *time.Time
-	if err := db.QueryRow(ctx, `SELECT NULLIF(rolled_to, '-infinity') FROM fenceq_job_counts_cursor`).Scan(&t); err != nil {
-		return time.Time{}, fmt.Errorf("read the job counters' cursor: %w", err)
+// ReadCountersState returns how far the counters have been rolled up.
+func ReadCountersState(ctx context.Context, db queue.DBTX) (queue.CountersState, error) {
+	var to, at *time.Time
+	err := db.QueryRow(ctx, `SELECT NULLIF(rolled_to, '-infinity'), rolled_at FROM fenceq_job_counts_cursor`).Scan(&to, &at)
+	if err != nil {
+		return queue.CountersState{}, fmt.Errorf("read the job counters' cursor: %w", err)
 	}
-	if t == nil {
-		return time.Time{}, nil
+	var st queue.CountersState
+	if to != nil {
+		st.RolledTo = *to
 	}
-	return *t, nil
+	if at != nil {
+		st.RolledAt = *at
+	}
+	return st, nil
 }

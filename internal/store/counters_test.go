@@ -86,10 +86,11 @@ func (b *testBundle) rollUpToNow(t *testing.T) {
 		if _, err := store.RollupCounts(b.ctx, b.db.Pool); err != nil {
 			t.Fatal(err)
 		}
-		to, err := store.RolledTo(b.ctx, b.db.Pool)
+		st, err := store.ReadCountersState(b.ctx, b.db.Pool)
 		if err != nil {
 			t.Fatal(err)
 		}
+		to := st.RolledTo
 		if !to.Before(now) {
 			return
 		}
@@ -392,7 +393,7 @@ func TestCountErrorsByKind(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []store.KindErrors{{Kind: "flaky", Failed: 4}, {Kind: "broken", Discarded: 1, Failed: 1}}
+	want := []queue.KindErrors{{Kind: "flaky", Failed: 4}, {Kind: "broken", Discarded: 1, Failed: 1}}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("errors by kind: %+v, want %+v", got, want)
 	}
