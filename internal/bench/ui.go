@@ -216,15 +216,24 @@ func uiSize(ctx context.Context, cfg Config, rows int) (*UISize, error) {
 			}
 		}
 		progressf(cfg.Progress, "ui: %d rows: %-22s %8.2f ms, %d statements\n", rows, p.Name, out.Millis[p.Name], len(stmts))
+		if cfg.TraceSQL {
+			for _, st := range stmts {
+				progressf(cfg.Progress, "    %7.2f ms  %s\n", float64(st.took.Microseconds())/1000, oneLine(st.sql, 110))
+			}
+		}
 	}
 	return out, nil
 }
 
-// recordedStmt is a statement a page sent, with its arguments.
+// recordedStmt is a statement a page sent, with its arguments and how long it took.
 type recordedStmt struct {
 	sql  string
 	args []any
+	took time.Duration
 }
+
+// stmtKey carries a recorded statement's index from the start of its trace to its end.
+type stmtKey struct{}
 
 // stmtRecorder is a pgx tracer that records the statements sent while it is on.
 type stmtRecorder struct {
@@ -263,12 +272,22 @@ func (r *stmtRecorder) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.T
 			args = append(args, a)
 		}
 	}
-	r.stmts = append(r.stmts, recordedStmt{sql: d.SQL, args: args})
-	return ctx
+	r.stmts = append(r.stmts, recordedStmt{sql: d.SQL, args: args, took: -time.Duration(time.Now().UnixNano())})
+	return context.WithValue(ctx, stmtKey{}, len(r.stmts)-1)
 }
 
-// TraceQueryEnd does nothing.
-func (r *stmtRecorder) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+// TraceQueryEnd records how long the statement took.
+func (r *stmtRecorder) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryEndData) {
+	i, ok := ctx.Value(stmtKey{}).(int)
+	if !ok {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.on && i < len(r.stmts) {
+		r.stmts[i].took += time.Duration(time.Now().UnixNano())
+	}
+}
 
 // scansHistory EXPLAINs st and reports whether its plan has a sequential scan of
 // fenceq_jobs_history.
