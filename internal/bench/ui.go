@@ -26,9 +26,9 @@ import (
 // history. Each size gets a schema of its own, seeded with that many finished jobs in
 // history (spread over the last day, as a worker with the default retention keeps
 // them) beside the same small hot set, lease events and workers; the job counters are
-// rolled up, the tables analysed, and each page requested through the handler in this
-// process. Every statement a page sends is then EXPLAINed: a sequential scan of
-// history fails the run.
+// rolled up and the tables analysed. Then each page is requested through the handler in
+// this process, at every size in turn, round after round. Every statement a page sends
+// is EXPLAINed: a sequential scan of history fails the run.
 
 // Defaults of the ui workload.
 const (
@@ -82,9 +82,11 @@ type UIReport struct {
 	Sizes      []UISize   `json:"sizes"`
 }
 
-// RunUI runs the ui workload: cfg.UIRows sizes, cfg.UIRequests requests per page. It
-// returns the report so far with an error when a page failed or scanned history
-// sequentially.
+// RunUI runs the ui workload: cfg.UIRows sizes, cfg.UIRequests requests per page and
+// size. Every size is seeded first; then each page is requested at every size in turn,
+// round after round, so that a change of the machine's load over the run weighs on all
+// sizes alike. It returns the report so far with an error when a page failed or scanned
+// history sequentially.
 func RunUI(ctx context.Context, cfg Config) (*UIReport, error) {
 	cfg.Workload = WorkloadUI
 	cfg = cfg.withDefaults()
@@ -96,18 +98,69 @@ func RunUI(ctx context.Context, cfg Config) (*UIReport, error) {
 		return nil, err
 	}
 	rep := &UIReport{Workload: WorkloadUI, Requests: cfg.UIRequests, Conditions: base.Conditions, Pages: uiPages}
-	var bad []string
-	for _, rows := range cfg.UIRows {
-		s, err := uiSize(ctx, cfg, rows)
-		if err != nil {
-			return rep, fmt.Errorf("%d rows: %w", rows, err)
+	var sites []*uiSite
+	defer func() {
+		for _, s := range sites {
+			s.close()
 		}
-		rep.Sizes = append(rep.Sizes, *s)
-		for _, p := range uiPages {
-			for _, stmt := range s.HistorySeqScans[p.Name] {
-				bad = append(bad, fmt.Sprintf("%s at %d rows: %s", p.Name, rows, oneLine(stmt, 160)))
+	}()
+	for _, rows := range cfg.UIRows {
+		s, err := newUISite(ctx, cfg, rows)
+		if err != nil {
+			return nil, fmt.Errorf("%d rows: %w", rows, err)
+		}
+		sites = append(sites, s)
+	}
+	var bad []string
+	for _, p := range uiPages {
+		times := make([][]float64, len(sites))
+		// One request per size recorded for the plan check, one more to warm the caches.
+		for i, s := range sites {
+			s.rec.start()
+			if err := s.get(ctx, p); err != nil {
+				return nil, err
+			}
+			stmts := s.rec.stop()
+			if err := s.get(ctx, p); err != nil {
+				return nil, err
+			}
+			for _, st := range stmts {
+				seq, err := scansHistory(ctx, s.env.admin, st)
+				if err != nil {
+					return nil, fmt.Errorf("%s: explain %s: %w", p.Name, oneLine(st.sql, 120), err)
+				}
+				if seq {
+					s.size.HistorySeqScans[p.Name] = append(s.size.HistorySeqScans[p.Name], st.sql)
+					bad = append(bad, fmt.Sprintf("%s at %d rows: %s", p.Name, s.size.Rows, oneLine(st.sql, 160)))
+				}
+			}
+			if cfg.TraceSQL {
+				progressf(cfg.Progress, "ui: %d rows: %s: %d statements\n", s.size.Rows, p.Name, len(stmts))
+				for _, st := range stmts {
+					progressf(cfg.Progress, "    %7.2f ms  %s\n", float64(st.took.Microseconds())/1000, oneLine(st.sql, 110))
+				}
+			}
+			times[i] = make([]float64, 0, cfg.UIRequests)
+		}
+		for range cfg.UIRequests {
+			for i, s := range sites {
+				t0 := time.Now()
+				if err := s.get(ctx, p); err != nil {
+					return nil, err
+				}
+				times[i] = append(times[i], float64(time.Since(t0).Microseconds())/1000)
 			}
 		}
+		line := fmt.Sprintf("ui: %-22s", p.Name)
+		for i, s := range sites {
+			slices.Sort(times[i])
+			s.size.Millis[p.Name] = times[i][len(times[i])/2]
+			line += fmt.Sprintf("  %s %7.2f ms", humanRows(s.size.Rows), s.size.Millis[p.Name])
+		}
+		progressf(cfg.Progress, "%s\n", line)
+	}
+	for _, s := range sites {
+		rep.Sizes = append(rep.Sizes, s.size)
 	}
 	if len(bad) > 0 {
 		return rep, fmt.Errorf("%w: statements scan fenceq_jobs_history sequentially:\n  %s", errVerify, strings.Join(bad, "\n  "))
@@ -115,12 +168,30 @@ func RunUI(ctx context.Context, cfg Config) (*UIReport, error) {
 	return rep, nil
 }
 
-func uiSize(ctx context.Context, cfg Config, rows int) (*UISize, error) {
+// uiSite is one size of the ui workload: its schema, seeded, and the dashboard over it.
+type uiSite struct {
+	env  *env
+	pool *pgxpool.Pool
+	rec  *stmtRecorder
+	h    http.Handler
+	job  string
+	size UISize
+}
+
+// newUISite creates a schema, seeds it with rows finished jobs and the rest, rolls the
+// job counters up, analyses the tables and opens a dashboard over it.
+func newUISite(ctx context.Context, cfg Config, rows int) (_ *uiSite, err error) {
 	e, err := newEnv(ctx, cfg, "ui")
 	if err != nil {
 		return nil, err
 	}
-	defer e.close()
+	s := &uiSite{env: e, job: strconv.Itoa(rows / 2),
+		size: UISize{Rows: rows, Millis: map[string]float64{}, HistorySeqScans: map[string][]string{}}}
+	defer func() {
+		if err != nil {
+			s.close()
+		}
+	}()
 	if err := migrations.Up(ctx, e.pool); err != nil {
 		return nil, fmt.Errorf("migrate: %w", err)
 	}
@@ -150,79 +221,46 @@ func uiSize(ctx context.Context, cfg Config, rows int) (*UISize, error) {
 			return nil, fmt.Errorf("vacuum analyze %s: %w", t, err)
 		}
 	}
-	out := &UISize{Rows: rows, SeedSeconds: time.Since(start).Seconds(), Millis: map[string]float64{},
-		HistorySeqScans: map[string][]string{}}
-
-	rec := &stmtRecorder{}
+	s.size.SeedSeconds = time.Since(start).Seconds()
+	s.rec = &stmtRecorder{}
 	pcfg, err := pgxpool.ParseConfig(e.url)
 	if err != nil {
 		return nil, fmt.Errorf("parse database url: %w", err)
 	}
 	pcfg.MaxConns = int32(max(cfg.Conns, 4))
-	pcfg.ConnConfig.Tracer = rec
-	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
-	if err != nil {
+	pcfg.ConnConfig.Tracer = s.rec
+	if s.pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
 		return nil, fmt.Errorf("open pool: %w", err)
 	}
-	defer pool.Close()
-	h, err := fenceqweb.New(fenceqweb.Config{DB: pool, Logger: cfg.Logger})
-	if err != nil {
+	if s.h, err = fenceqweb.New(fenceqweb.Config{DB: s.pool, Logger: cfg.Logger}); err != nil {
 		return nil, err
 	}
-	job := strconv.Itoa(rows / 2)
-	for _, p := range uiPages {
-		path, live := strings.ReplaceAll(p.Path, "{job}", job), false
-		if strings.HasSuffix(path, "#live") {
-			path, live = strings.TrimSuffix(path, "#live"), true
-		}
-		get := func() error {
-			req := httptest.NewRequestWithContext(ctx, http.MethodGet, path, nil)
-			if live {
-				req.Header.Set("X-Fenceq-Fragment", "live")
-			}
-			w := httptest.NewRecorder()
-			h.ServeHTTP(w, req)
-			if w.Code != http.StatusOK {
-				return fmt.Errorf("GET %s: %d %s", path, w.Code, oneLine(w.Body.String(), 300))
-			}
-			return nil
-		}
-		// One request recorded for the plan check, one more to warm the caches.
-		rec.start()
-		if err := get(); err != nil {
-			return nil, err
-		}
-		stmts := rec.stop()
-		if err := get(); err != nil {
-			return nil, err
-		}
-		times := make([]float64, 0, cfg.UIRequests)
-		for range cfg.UIRequests {
-			t0 := time.Now()
-			if err := get(); err != nil {
-				return nil, err
-			}
-			times = append(times, float64(time.Since(t0).Microseconds())/1000)
-		}
-		slices.Sort(times)
-		out.Millis[p.Name] = times[len(times)/2]
-		for _, st := range stmts {
-			seq, err := scansHistory(ctx, e.admin, st)
-			if err != nil {
-				return nil, fmt.Errorf("%s: explain %s: %w", p.Name, oneLine(st.sql, 120), err)
-			}
-			if seq {
-				out.HistorySeqScans[p.Name] = append(out.HistorySeqScans[p.Name], st.sql)
-			}
-		}
-		progressf(cfg.Progress, "ui: %d rows: %-22s %8.2f ms, %d statements\n", rows, p.Name, out.Millis[p.Name], len(stmts))
-		if cfg.TraceSQL {
-			for _, st := range stmts {
-				progressf(cfg.Progress, "    %7.2f ms  %s\n", float64(st.took.Microseconds())/1000, oneLine(st.sql, 110))
-			}
-		}
+	return s, nil
+}
+
+// get requests page p through the handler and checks that it answered 200.
+func (s *uiSite) get(ctx context.Context, p UIPage) error {
+	path, live := strings.ReplaceAll(p.Path, "{job}", s.job), false
+	if strings.HasSuffix(path, "#live") {
+		path, live = strings.TrimSuffix(path, "#live"), true
 	}
-	return out, nil
+	req := httptest.NewRequestWithContext(ctx, http.MethodGet, path, nil)
+	if live {
+		req.Header.Set("X-Fenceq-Fragment", "live")
+	}
+	w := httptest.NewRecorder()
+	s.h.ServeHTTP(w, req)
+	if w.Code != http.StatusOK {
+		return fmt.Errorf("%d rows: GET %s: %d %s", s.size.Rows, path, w.Code, oneLine(w.Body.String(), 300))
+	}
+	return nil
+}
+
+func (s *uiSite) close() {
+	if s.pool != nil {
+		s.pool.Close()
+	}
+	s.env.close()
 }
 
 // recordedStmt is a statement a page sent, with its arguments and how long it took.

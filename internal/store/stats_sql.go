@@ -44,7 +44,11 @@ fb AS (
            sum(c.jobs) FILTER (WHERE c.state = ` + sqlDiscarded + `) AS discarded,
            sum(c.jobs) FILTER (WHERE c.state = ` + sqlCancelled + `) AS cancelled,
            sum(c.failed) AS failed
-    FROM fenceq_job_counts c, o WHERE c.bucket >= o.first
+    FROM fenceq_job_counts c, o
+    -- The first bucket's start spelled out, not read from o: the planner then estimates
+    -- the rows of the window and reads them by the index.
+    WHERE c.bucket >= date_bin($1::bigint * interval '1 microsecond', now(), timestamptz '2000-01-01 00:00:00+00')
+                      - ($2::int - 1) * ($1::bigint * interval '1 microsecond')
     GROUP BY 1),
 failing AS (
     SELECT errors FROM (
