@@ -208,8 +208,8 @@ func JobThroughput(ctx context.Context, db queue.DBTX, p queue.CountParams, buck
 
 // RollupJobCounts adds the jobs finished since the last roll-up to the job counters that
 // CountJobs, JobThroughput and CountErrorsByKind read, and returns what it counted.
-// Every worker runs it every ReaperInterval; a dashboard or a tool can run it too, with a
-// role that may write fenceq's tables. Concurrent roll-ups are safe: one counts, the
+// Every worker runs it every Config.CountersInterval; a dashboard or a tool can run it
+// too, with a role that may write fenceq's tables. Concurrent roll-ups are safe: one counts, the
 // others skip (Rollup.Skipped). A job is counted once per finish, at its finished_at
 // minute, by queue, kind and final state, with the failed attempts its errors record.
 // db must be a pool or a connection, not a transaction.

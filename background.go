@@ -200,8 +200,9 @@ func (w *Worker) flushCompletions(batch []*execution) {
 	}
 }
 
-// runMaintenance runs the reaper, the scheduler and the job counters' roll-up every
-// ReaperInterval and retention every PruneInterval. Every worker runs it; all its statements are safe to run concurrently
+// runMaintenance runs the reaper and the scheduler every ReaperInterval, the job
+// counters' roll-up every CountersInterval (unless negative) and retention every
+// PruneInterval. Every worker runs it; all its statements are safe to run concurrently
 // (SKIP LOCKED and compare-and-set on the generation).
 func (w *Worker) runMaintenance(ctx context.Context) {
 	defer w.bgWG.Done()
@@ -209,12 +210,20 @@ func (w *Worker) runMaintenance(ctx context.Context) {
 	defer reap.Stop()
 	prune := time.NewTicker(w.cfg.PruneInterval)
 	defer prune.Stop()
+	var counters <-chan time.Time
+	if w.cfg.CountersInterval > 0 {
+		t := time.NewTicker(w.cfg.CountersInterval)
+		defer t.Stop()
+		counters = t.C
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-reap.C:
 			w.reapOnce(ctx)
+		case <-counters:
+			w.rollupOnce(ctx)
 		case <-prune.C:
 			w.pruneOnce(ctx)
 		}
@@ -246,7 +255,6 @@ func (w *Worker) reapOnce(ctx context.Context) {
 			break
 		}
 	}
-	w.rollupOnce(ctx)
 	for ctx.Err() == nil {
 		pctx, cancel := context.WithTimeout(ctx, w.cfg.WriteTimeout)
 		n, err := store.PromoteDue(pctx, w.pool, w.cfg.ReapBatchSize)
@@ -262,8 +270,8 @@ func (w *Worker) reapOnce(ctx context.Context) {
 }
 
 // rollupOnce adds the jobs finished since the last roll-up to the job counters the
-// dashboard reads (store.RollupCounts). Every worker tries every ReaperInterval; one at a
-// time counts, the others skip.
+// dashboard reads (store.RollupCounts). Every worker tries every CountersInterval; one
+// at a time counts, the others skip.
 func (w *Worker) rollupOnce(ctx context.Context) {
 	rctx, cancel := context.WithTimeout(ctx, w.cfg.WriteTimeout)
 	defer cancel()

@@ -7,8 +7,8 @@
 
 -- jobs counts the jobs that reached state within the minute starting at bucket (a job
 -- retried after it finished counts again when it finishes again); failed counts the
--- failed attempts recorded within that minute (the errors of jobs) by jobs that ended
--- in state, counted when the job finished.
+-- failed attempts (the errors of jobs, but a cancelled job's cancellation) those jobs
+-- recorded, in the minute they finished.
 CREATE TABLE fenceq_job_counts (
     bucket timestamptz NOT NULL,
     queue  text        NOT NULL,

@@ -40,8 +40,9 @@ type ThroughputBucket struct {
 	Completed int64     `json:"completed"`
 	Discarded int64     `json:"discarded"`
 	Cancelled int64     `json:"cancelled"`
-	// Failed counts failed attempts recorded in the interval (the errors of jobs), lease
-	// expiries included, operator and handler cancellations not.
+	// Failed counts failed attempts (the errors of jobs), lease expiries included,
+	// operator and handler cancellations not: those of jobs that finished in the
+	// interval, and those recorded in the interval by jobs that have not finished.
 	Failed int64 `json:"failed"`
 }
 
@@ -84,8 +85,8 @@ type KindErrors struct {
 	Kind string `json:"kind"`
 	// Discarded counts the kind's jobs discarded in the window.
 	Discarded int64 `json:"discarded"`
-	// Failed counts the failed attempts recorded in the window by the kind's jobs that
-	// have finished: handler errors, panics and lease expiries, not cancellations.
+	// Failed counts the failed attempts of the kind's jobs that finished in the window:
+	// handler errors, panics and lease expiries, not cancellations.
 	Failed int64 `json:"failed"`
 }
 

@@ -41,8 +41,8 @@ const (
 // before now(): a job finished by a transaction open longer than that, or by one that
 // wrote nothing to the job tables until after the roll-up passed its start (a call of
 // fenceq_complete after other statements), can be missed. A finished job is counted
-// once, when the roll-up passes its finished_at, with the failed attempts its errors
-// record; retried and finished again, it counts again, with the errors it carried
+// once, when the roll-up passes its finished_at, in the minute of its finished_at, with
+// the failed attempts its errors record; retried and finished again, it counts again, with the errors it carried
 // through the retry; deleting or pruning it later leaves the counters as they are.
 // Counter rows older than CounterRetention are deleted.
 //
@@ -116,42 +116,35 @@ starts AS (
 SELECT GREATEST(now() - $2::bigint * interval '1 microsecond',
                 LEAST(now() - $1::bigint * interval '1 microsecond', (SELECT min(t) FROM starts) - interval '1 microsecond'))`
 
-// sqlRollup counts the jobs finished in ($1, $2] into their minutes, and the failed
-// attempts of those jobs into the minutes they were recorded in (within the retention
-// $3, µs; the last error of a cancelled job is its cancellation, not a failure), moves
-// the cursor to $2 and deletes counter rows older than the retention. Returns the jobs
-// counted.
+// sqlRollup counts the jobs finished in ($1, $2] into the minutes they finished in,
+// with the failed attempts they recorded (every error but a cancelled job's last, its
+// cancellation), in one pass over the finished_at indexes; moves the cursor to $2; and
+// deletes counter rows older than the retention $3 (µs). Returns the jobs counted.
 var sqlRollup = `
-WITH fin AS MATERIALIZED (
+WITH fin AS (
     SELECT queue, kind, state, finished_at, errors FROM ` + historyTable + `
     WHERE finished_at > $1 AND finished_at <= $2
     UNION ALL
     SELECT queue, kind, state, finished_at, errors FROM ` + hotTable + `
     WHERE finished_at > $1 AND finished_at <= $2 AND state IN ` + sqlFinal + `),
-j AS (
+g AS (
     SELECT date_bin(interval '1 minute', finished_at, timestamptz '2000-01-01 00:00:00+00') AS b,
-           queue, kind, state, count(*) AS jobs, 0::bigint AS failed
+           queue, kind, state, count(*) AS jobs,
+           sum(CASE WHEN errors = '[]'::jsonb THEN 0
+                    WHEN state = ` + sqlCancelled + ` THEN jsonb_array_length(errors) - 1
+                    ELSE jsonb_array_length(errors) END) AS failed
     FROM fin GROUP BY 1, 2, 3, 4),
-e AS (
-    SELECT date_bin(interval '1 minute', (x.v ->> 'at')::timestamptz, timestamptz '2000-01-01 00:00:00+00') AS b,
-           f.queue, f.kind, f.state, 0::bigint AS jobs, count(*) AS failed
-    FROM fin f CROSS JOIN LATERAL jsonb_array_elements(f.errors) WITH ORDINALITY AS x(v, n)
-    WHERE f.errors <> '[]'::jsonb
-      AND NOT (f.state = ` + sqlCancelled + ` AND x.n = jsonb_array_length(f.errors))
-      AND (x.v ->> 'at')::timestamptz >= now() - $3::bigint * interval '1 microsecond'
-    GROUP BY 1, 2, 3, 4),
 ins AS (
     INSERT INTO fenceq_job_counts AS c (bucket, queue, kind, state, jobs, failed)
-    SELECT b, queue, kind, state, sum(jobs), sum(failed) FROM (SELECT * FROM j UNION ALL SELECT * FROM e) u
+    SELECT b, queue, kind, state, jobs, failed FROM g
     WHERE b >= date_bin(interval '1 minute', now() - $3::bigint * interval '1 microsecond', timestamptz '2000-01-01 00:00:00+00')
-    GROUP BY 1, 2, 3, 4
     ON CONFLICT (bucket, queue, kind, state)
     DO UPDATE SET jobs = c.jobs + EXCLUDED.jobs, failed = c.failed + EXCLUDED.failed),
 cur AS (
     UPDATE fenceq_job_counts_cursor SET rolled_to = $2, rolled_at = now()),
 old AS (
     DELETE FROM fenceq_job_counts WHERE bucket < now() - $3::bigint * interval '1 microsecond')
-SELECT count(*) FROM fin`
+SELECT COALESCE(sum(jobs), 0)::bigint FROM g`
 
 // CountErrorsByKind reads the discarded jobs and the failed attempts of finished jobs
 // per kind over the last window, from the counters, kinds with the most first.

@@ -158,9 +158,10 @@ func countQueues(ctx context.Context, db queue.DBTX, p queue.CountParams) (*queu
 // ReadThroughput counts finished jobs and failed attempts per interval over the
 // window, in buckets intervals of whole minutes aligned to whole multiples of the bucket
 // length (the last one is the current, partial, interval). Finished jobs, and the failed
-// attempts of finished jobs, come from the counters (as fresh as the last
-// RollupCounts); the failed attempts of jobs scheduled, retryable or running now from
-// their errors in the hot set. A failed attempt of a job that now waits, available, for
+// attempts of finished jobs (in the interval each job finished in), come from the
+// counters (as fresh as the last RollupCounts); the failed attempts of jobs scheduled,
+// retryable or running now from their errors in the hot set, in the interval each was
+// recorded in. A failed attempt of a job that now waits, available, for
 // its next attempt is counted once that attempt begins.
 func ReadThroughput(ctx context.Context, db queue.DBTX, p queue.CountParams, buckets int) (*queue.Throughput, error) {
 	if err := normalizeCount(&p); err != nil {
