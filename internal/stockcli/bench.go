@@ -252,6 +252,14 @@ func benchUsage(cfg bench.Config) error {
 	if len(cfg.Layouts) > 0 && cfg.Workload != bench.WorkloadLayout {
 		return usageError{Err: fmt.Errorf("--layouts: only the %s workload compares layouts, not %s", bench.WorkloadLayout, cfg.Workload)}
 	}
+	if (len(cfg.UIRows) > 0 || cfg.UIRequests != 0) && cfg.Workload != bench.WorkloadUI {
+		return usageError{Err: fmt.Errorf("--rows and --requests: only the %s workload takes them, not %s", bench.WorkloadUI, cfg.Workload)}
+	}
+	for _, n := range cfg.UIRows {
+		if n < 100 || n > 100_000_000 {
+			return usageError{Err: fmt.Errorf("--rows: %d must be 100–100,000,000", n)}
+		}
+	}
 	if cfg.JobSleep < 0 {
 		return usageError{Err: fmt.Errorf("--job-sleep: %s must not be negative", cfg.JobSleep)}
 	}
