@@ -413,16 +413,42 @@ func ListWorkers(ctx context.Context, db queue.DBTX) ([]queue.WorkerInfo, error)
 	return store.ListWorkers(ctx, db)
 }
 
-// CountJobs counts jobs by queue and state: unfinished jobs exactly, and jobs that
-// finished within p.Window (capped by p.Cap).
+// CountJobs counts jobs by queue and state: unfinished jobs (each group of states
+// capped by p.Cap), and jobs that finished within p.Window (at most a day, in whole
+// minutes) from the job counters, as fresh as the last RollupJobCounts.
 func CountJobs(ctx context.Context, db queue.DBTX, p queue.CountParams) (*queue.QueueCounts, error) {
 	return store.CountQueues(ctx, db, p)
 }
 
-// JobThroughput returns the jobs that finished within p.Window, by state, in buckets
-// equal parts of the window (1–1000).
+// JobThroughput returns the jobs that finished within p.Window, by state, and the failed
+// attempts, in buckets equal parts of the window (1–1000, each whole minutes), from the
+// job counters and, for the failed attempts of unfinished jobs, the hot set.
 func JobThroughput(ctx context.Context, db queue.DBTX, p queue.CountParams, buckets int) (*queue.Throughput, error) {
 	return store.ReadThroughput(ctx, db, p, buckets)
+}
+
+// RollupJobCounts adds the jobs finished since the last roll-up to the job counters that
+// CountJobs, JobThroughput and CountErrorsByKind read, and returns what it counted.
+// Every worker runs it every Config.CountersInterval; a dashboard or a tool can run it
+// too, with a role that may write fenceq's tables. Concurrent roll-ups are safe: one counts, the
+// others skip (Rollup.Skipped). A job is counted once per finish, at its finished_at
+// minute, by queue, kind and final state, with the failed attempts its errors record.
+// db must be a pool or a connection, not a transaction.
+func RollupJobCounts(ctx context.Context, db queue.DBTX) (queue.Rollup, error) {
+	return store.RollupCounts(ctx, db)
+}
+
+// JobCountersState returns how far the job counters have been rolled up: how fresh the
+// finished counts of CountJobs, JobThroughput and CountErrorsByKind are.
+func JobCountersState(ctx context.Context, db queue.DBTX) (queue.CountersState, error) {
+	return store.ReadCountersState(ctx, db)
+}
+
+// CountErrorsByKind counts, per kind, the jobs discarded and the failed attempts
+// recorded by finished jobs over the last window (at most a day), from the job counters;
+// the kinds with the most first, kinds without either left out.
+func CountErrorsByKind(ctx context.Context, db queue.DBTX, window time.Duration) ([]queue.KindErrors, error) {
+	return store.CountErrorsByKind(ctx, db, window)
 }
 
 // CountLeaseEvents counts the lease events of the last window, by kind. Every kind is

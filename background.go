@@ -200,7 +200,8 @@ func (w *Worker) flushCompletions(batch []*execution) {
 	}
 }
 
-// runMaintenance runs the reaper and scheduler every ReaperInterval and retention every
+// runMaintenance runs the reaper and the scheduler every ReaperInterval, the job
+// counters' roll-up every CountersInterval (unless negative) and retention every
 // PruneInterval. Every worker runs it; all its statements are safe to run concurrently
 // (SKIP LOCKED and compare-and-set on the generation).
 func (w *Worker) runMaintenance(ctx context.Context) {
@@ -209,6 +210,12 @@ func (w *Worker) runMaintenance(ctx context.Context) {
 	defer reap.Stop()
 	prune := time.NewTicker(w.cfg.PruneInterval)
 	defer prune.Stop()
+	var counters <-chan time.Time
+	if w.cfg.CountersInterval > 0 {
+		t := time.NewTicker(w.cfg.CountersInterval)
+		defer t.Stop()
+		counters = t.C
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -218,6 +225,8 @@ func (w *Worker) runMaintenance(ctx context.Context) {
 			if err := w.checkFlow(ctx); err != nil && ctx.Err() == nil {
 				w.log.Warn("flow limits check failed", "err", err)
 			}
+		case <-counters:
+			w.rollupOnce(ctx)
 		case <-prune.C:
 			w.pruneOnce(ctx)
 		}
@@ -260,6 +269,17 @@ func (w *Worker) reapOnce(ctx context.Context) {
 		if n < int64(w.cfg.ReapBatchSize) {
 			break
 		}
+	}
+}
+
+// rollupOnce adds the jobs finished since the last roll-up to the job counters the
+// dashboard reads (store.RollupCounts). Every worker tries every CountersInterval; one
+// at a time counts, the others skip.
+func (w *Worker) rollupOnce(ctx context.Context) {
+	rctx, cancel := context.WithTimeout(ctx, w.cfg.WriteTimeout)
+	defer cancel()
+	if _, err := store.RollupCounts(rctx, w.pool); err != nil && ctx.Err() == nil {
+		w.log.Warn("job counter roll-up failed", "err", err)
 	}
 }
 

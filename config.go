@@ -61,6 +61,12 @@ type Config struct {
 	LeaseEventRetention time.Duration
 	// PruneInterval is how often retention runs. Defaults to 1m.
 	PruneInterval time.Duration
+	// CountersInterval is how often the worker rolls the job counters up (the finished
+	// counts of the dashboard, CountJobs and JobThroughput; see RollupJobCounts): each
+	// roll-up reads the jobs finished since the last one. Defaults to ReaperInterval;
+	// negative leaves the roll-up to other workers and the dashboard. A longer interval
+	// makes the counts later, not cheaper: every finished job is read once.
+	CountersInterval time.Duration
 	// PruneBatchSize caps the rows deleted per statement. Defaults to 1000.
 	PruneBatchSize int
 	// HolderFreshness is how recent a holder's fenceq_workers heartbeat must be for the
@@ -156,6 +162,7 @@ func (c Config) withDefaults() Config {
 	def(&c.RetentionPeriod, 24*time.Hour)
 	def(&c.LeaseEventRetention, 7*24*time.Hour)
 	def(&c.PruneInterval, time.Minute)
+	def(&c.CountersInterval, c.ReaperInterval)
 	def(&c.HolderFreshness, 2*c.HeartbeatInterval)
 	def(&c.StaleWorkerAge, 10*c.LeaseDuration)
 	def(&c.ShutdownGrace, 5*time.Second)

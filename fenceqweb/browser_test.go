@@ -115,6 +115,7 @@ FROM (
 	for range 3 {
 		b.claim(t, "default", "billing-7f9c", time.Hour)
 	}
+	b.rollUpToNow(t)
 }
 
 func (b *testBundle) save(t *testing.T, dir, name string, png []byte) {

@@ -28,9 +28,12 @@
 //
 // Every read is bounded, so pages stay fast with millions of jobs: keyset pages on the
 // id (never OFFSET), filters that no index serves applied to a bounded window of the
-// newest jobs (fenceq.ListJobs), counts through the partial indexes of the
-// unfinished states and the finished_at index over the last hour (fenceq.CountJobs,
-// fenceq.JobThroughput).
+// newest jobs (fenceq.ListJobs), unfinished jobs counted in the hot set through the
+// partial indexes of their states, and finished jobs, the throughput chart and the
+// errors per kind read from the job counters (fenceq.CountJobs, fenceq.JobThroughput,
+// fenceq.CountErrorsByKind), never from history. Workers roll the counters up; a page
+// that reads them rolls them up itself when no roll-up ran lately
+// (fenceq.RollupJobCounts).
 //
 // # Actions and security
 //

@@ -237,3 +237,28 @@ func mustNotContain(t *testing.T, what, body string, parts ...string) {
 		}
 	}
 }
+
+// rollUpToNow rolls the job counters up until their cursor passes the database's now()
+// as of the call, so that every job finished before it is counted on the pages.
+func (b *testBundle) rollUpToNow(t *testing.T) {
+	t.Helper()
+	now, err := store.DBNow(b.ctx, b.db.Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := store.RollupCounts(b.ctx, b.db.Pool); err != nil {
+			t.Fatal(err)
+		}
+		st, err := store.ReadCountersState(b.ctx, b.db.Pool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !st.RolledTo.Before(now) {
+			return
+		}
+		if b.ctx.Err() != nil {
+			t.Fatalf("the job counters' cursor stays at %s, before %s", st.RolledTo, now)
+		}
+	}
+}

@@ -16,6 +16,10 @@ const (
 	overviewWindow  = time.Hour
 	overviewBuckets = 60
 	overviewEvents  = 12
+	// countersStale is how old the job counters' last roll-up may be before a page that
+	// reads them runs one itself: workers roll up every ReaperInterval (5 s by default),
+	// so a dashboard beside running workers leaves it to them.
+	countersStale = 15 * time.Second
 )
 
 func overviewSection() section {
@@ -38,6 +42,11 @@ type overviewData struct {
 	EventCounts map[queue.LeaseEventKind]int64
 	EventKinds  []queue.LeaseEventKind
 	Workers     int
+	// Errors are the errors per kind over the window: discarded jobs and the failed
+	// attempts of finished jobs, from the counters.
+	Errors []queue.KindErrors
+	// Counters says how far the counters of finished jobs have been rolled up.
+	Counters queue.CountersState
 }
 
 func (h *Handler) overview(ctx context.Context, _ *http.Request) (*page, error) {
@@ -48,6 +57,9 @@ func (h *Handler) overview(ctx context.Context, _ *http.Request) (*page, error) 
 	}
 	d := &overviewData{Clock: h.clockAt(now), Window: overviewWindow, Unfinished: queue.UnfinishedStates(),
 		Final: queue.FinalStates(), EventKinds: queue.LeaseEventKinds(), Totals: map[queue.State]int64{}}
+	if d.Counters, err = h.freshCounters(ctx); err != nil {
+		return nil, err
+	}
 	if d.Health, err = health.Check(ctx, db, h.cfg.Health); err != nil {
 		return nil, err
 	}
@@ -67,6 +79,9 @@ func (h *Handler) overview(ctx context.Context, _ *http.Request) (*page, error) 
 		return nil, err
 	}
 	d.Chart = buildChart(tp, h.cfg.Location)
+	if d.Errors, err = fenceq.CountErrorsByKind(ctx, db, overviewWindow); err != nil {
+		return nil, err
+	}
 	if d.EventCounts, err = fenceq.CountLeaseEvents(ctx, db, overviewWindow); err != nil {
 		return nil, err
 	}
@@ -79,6 +94,29 @@ func (h *Handler) overview(ctx context.Context, _ *http.Request) (*page, error) 
 	}
 	d.Workers = len(ws)
 	return &page{title: "Overview", template: "overview", nav: "/", data: d}, nil
+}
+
+// freshCounters returns the state of the job counters, after rolling them up when no
+// roll-up ran within countersStale (no worker runs, or none is up to date). A roll-up
+// that fails, for a role that may not write fenceq's tables, is logged and the counters
+// are shown as they are.
+func (h *Handler) freshCounters(ctx context.Context) (queue.CountersState, error) {
+	st, err := fenceq.JobCountersState(ctx, h.cfg.DB)
+	if err != nil {
+		return st, err
+	}
+	now, err := h.dbNow(ctx)
+	if err != nil {
+		return st, err
+	}
+	if !st.RolledAt.IsZero() && now.Sub(st.RolledAt) < countersStale {
+		return st, nil
+	}
+	if _, err := fenceq.RollupJobCounts(ctx, h.cfg.DB); err != nil {
+		h.cfg.Logger.Warn("dashboard: job counter roll-up failed; counts of finished jobs may be behind", "err", err)
+		return st, nil
+	}
+	return fenceq.JobCountersState(ctx, h.cfg.DB)
 }
 
 // IsCapped reports whether a state's count stopped at the cap (a lower bound).

@@ -27,8 +27,18 @@ func TestOverviewShowsQueuesAlertsChartAndLeaseEvents(t *testing.T) {
 	if err := store.Complete(b.ctx, b.db.Pool, store.LeaseOf(done)); err != nil {
 		t.Fatal(err)
 	}
+	b.insert(t, store.InsertParams{Queue: "mail", Kind: "mail.bounce"})
+	bad := b.claim(t, "mail", "worker-b", time.Minute)
+	if _, err := store.Fail(b.ctx, b.db.Pool, store.LeaseOf(bad), store.FailParams{Err: "mailbox gone", Discard: true}); err != nil {
+		t.Fatal(err)
+	}
 	if err := store.SetQueuePaused(b.ctx, b.db.Pool, "idle", true); err != nil {
 		t.Fatal(err)
+	}
+	b.rollUpToNow(t)
+	// The finished jobs are deleted: the pages count them from the counters.
+	if n, err := store.PruneFinished(b.ctx, b.db.Pool, 0, 100); err != nil || n != 2 {
+		t.Fatalf("pruned %d finished jobs, %v; want 2", n, err)
 	}
 	body := b.page(t, "/")
 	mustContain(t, "overview", body,
@@ -39,7 +49,18 @@ func TestOverviewShowsQueuesAlertsChartAndLeaseEvents(t *testing.T) {
 		// The chart and its one completed job.
 		`<svg class="chart"`, `class="bar-completed"`, "1 completed",
 		// The lease events, linked to their job.
-		fmt.Sprintf(`href="./jobs/%d"`, j.ID), "stale_write_rejected", "expired_holder_alive")
+		fmt.Sprintf(`href="./jobs/%d"`, j.ID), "stale_write_rejected", "expired_holder_alive",
+		// Errors by kind: the discarded job and its failed attempt.
+		"Errors by kind, last hour", "not cancellations", `<td><a href="./jobs?kind=mail.bounce&amp;state=discarded">mail.bounce</a></td>`,
+		"Finished jobs are counted per minute by the job counters, up to")
+	ek := regexp.MustCompile(`(?s)>mail\.bounce</a></td>\s*<td class="num">([0-9]+)</td>\s*<td class="num">([0-9]+)</td>`).FindStringSubmatch(body)
+	if ek == nil || ek[1] != "1" || ek[2] != "1" {
+		t.Errorf("errors of mail.bounce: %v; want 1 discarded, 1 failed attempt", ek)
+	}
+	mail := regexp.MustCompile(`(?s)<td><a href="\./jobs\?queue=mail">mail</a></td>(.*?)</tr>`).FindStringSubmatch(body)
+	if mail == nil || strings.Count(mail[1], `<td class="num">1</td>`) != 2 {
+		t.Errorf("mail row: %v; want 1 completed and 1 discarded", mail)
+	}
 	// Per-queue counts: billing has one running job, mail one completed in the hour.
 	row := regexp.MustCompile(`(?s)<td><a href="\./jobs\?queue=billing">billing</a></td>(.*?)</tr>`).FindStringSubmatch(body)
 	if row == nil {

@@ -33,10 +33,16 @@ type queuesData struct {
 	Final      []queue.State
 	Capped     []queue.State
 	Window     string
+	// Counters says how far the counters of finished jobs have been rolled up.
+	Counters queue.CountersState
 }
 
 func (h *Handler) queues(ctx context.Context, _ *http.Request) (*page, error) {
 	now, err := h.dbNow(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cs, err := h.freshCounters(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -55,7 +61,7 @@ func (h *Handler) queues(ctx context.Context, _ *http.Request) (*page, error) {
 		}
 	}
 	d := &queuesData{Clock: h.clockAt(now), Unfinished: queue.UnfinishedStates(), Final: queue.FinalStates(),
-		Capped: counts.Capped, Window: "1h"}
+		Capped: counts.Capped, Window: "1h", Counters: cs}
 	seen := map[string]bool{}
 	for _, q := range counts.Queues {
 		seen[q.Name] = true

@@ -40,8 +40,9 @@ type ThroughputBucket struct {
 	Completed int64     `json:"completed"`
 	Discarded int64     `json:"discarded"`
 	Cancelled int64     `json:"cancelled"`
-	// Failed counts failed attempts recorded in the interval (the errors of jobs), lease
-	// expiries included, operator and handler cancellations not.
+	// Failed counts failed attempts (the errors of jobs), lease expiries included,
+	// operator and handler cancellations not: those of jobs that finished in the
+	// interval, and those recorded in the interval by jobs that have not finished.
 	Failed int64 `json:"failed"`
 }
 
@@ -54,6 +55,39 @@ type Throughput struct {
 	Buckets []ThroughputBucket `json:"buckets"`
 	// Capped is true when a scan stopped at the cap: the figures are lower bounds.
 	Capped bool `json:"capped"`
+}
+
+// Rollup is the outcome of one roll-up of the job counters (fenceq.RollupJobCounts).
+type Rollup struct {
+	// Skipped is true when another roll-up held the counters' cursor: this one counted
+	// nothing.
+	Skipped bool `json:"skipped"`
+	// From and To bound the finish times counted, From excluded and To included.
+	From time.Time `json:"from"`
+	To   time.Time `json:"to"`
+	// Jobs is how many finished jobs were counted.
+	Jobs int64 `json:"jobs"`
+}
+
+// CountersState is how far the job counters have been rolled up.
+type CountersState struct {
+	// RolledTo is the counters' cursor: jobs finished at or before it are counted. Zero
+	// before the first roll-up.
+	RolledTo time.Time `json:"rolled_to"`
+	// RolledAt is when the last roll-up ran, by the database's clock; zero before the
+	// first.
+	RolledAt time.Time `json:"rolled_at"`
+}
+
+// KindErrors is one kind's errors over a window, as fenceq.CountErrorsByKind counts
+// them from the job counters.
+type KindErrors struct {
+	Kind string `json:"kind"`
+	// Discarded counts the kind's jobs discarded in the window.
+	Discarded int64 `json:"discarded"`
+	// Failed counts the failed attempts of the kind's jobs that finished in the window:
+	// handler errors, panics and lease expiries, not cancellations.
+	Failed int64 `json:"failed"`
 }
 
 // Activity is what pg_stat_activity says about the database's open transactions.

@@ -18,6 +18,8 @@
 //     transaction (fenceq: Job.Commit, or Job.CommitWrites with Config.CommitWrites,
 //     fenced by the lease generation; River: JobCompleteTx); its bare-SQL ceiling sends
 //     each job's transaction in one pipelined round trip.
+//   - ui: the dashboard's pages' server time at several sizes of retained history
+//     (RunUI; ui.go).
 package bench
 
 import (
@@ -50,10 +52,11 @@ const (
 	WorkloadFenced  = "fenced"
 	WorkloadIdle    = "idle"
 	WorkloadLayout  = "layout"
+	WorkloadUI      = "ui"
 )
 
 // Workloads lists every workload in the order the CLI documents them.
-var Workloads = []string{WorkloadInsert, WorkloadDrain, WorkloadSteady, WorkloadLatency, WorkloadFenced, WorkloadIdle, WorkloadLayout}
+var Workloads = []string{WorkloadInsert, WorkloadDrain, WorkloadSteady, WorkloadLatency, WorkloadFenced, WorkloadIdle, WorkloadLayout, WorkloadUI}
 
 // System names as they appear in reports.
 const (
@@ -146,6 +149,12 @@ type Config struct {
 	// Layouts names the storage layouts the layout workload compares, some of Layouts.
 	// Defaults to all of them.
 	Layouts []string
+	// UIRows are the sizes of retained history the ui workload measures, finished jobs.
+	// Defaults to 10,000 and 1,000,000.
+	UIRows []int
+	// UIRequests is how many requests per page and size the ui workload times.
+	// Defaults to 20.
+	UIRequests int
 	// Progress receives a line per second during long phases; nil prints nothing.
 	Progress io.Writer
 	// TraceSQL prints to Progress, after each run, the statements of the measured phase
@@ -228,6 +237,11 @@ func (c Config) withDefaults() Config {
 		if len(c.Layouts) == 0 {
 			c.Layouts = slices.Clone(Layouts)
 		}
+	case WorkloadUI:
+		if len(c.UIRows) == 0 {
+			c.UIRows = []int{10_000, 1_000_000}
+		}
+		c.UIRequests = cmp.Or(c.UIRequests, defaultUIRequests)
 	}
 	if c.DatabaseURL == "" {
 		c.DatabaseURL = DefaultDatabaseURL
@@ -303,6 +317,16 @@ func (c Config) validate() error {
 	if c.Workload == WorkloadLayout {
 		if err := c.validateLayouts(); err != nil {
 			return err
+		}
+	}
+	if c.Workload == WorkloadUI {
+		for _, n := range c.UIRows {
+			if n < 100 || n > 100_000_000 {
+				return fmt.Errorf("bench: ui: --rows %d: must be 100–100,000,000", n)
+			}
+		}
+		if c.UIRequests < 1 {
+			return fmt.Errorf("bench: ui: --requests %d: must be at least 1", c.UIRequests)
 		}
 	}
 	if c.Workload == WorkloadIdle {
@@ -402,6 +426,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		systems[i] = sd.sys
 	}
 	switch cfg.Workload {
+	case WorkloadUI:
+		return nil, fmt.Errorf("bench: the %s workload has a report of its own: run it with RunUI", WorkloadUI)
 	case WorkloadIdle:
 		return runIdle(ctx, cfg)
 	case WorkloadLayout:

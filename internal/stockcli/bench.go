@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 
 	ucli "github.com/urfave/cli/v2"
@@ -38,6 +39,10 @@ func benchCommand() *ucli.Command {
 			"           (claim 1,000, one batched fenced completion each); jobs/s, WAL per job,\n" +
 			"           heap and index blocks per claim and per job, dead tuples, VACUUM time,\n" +
 			"           pages of the hot tables\n" +
+			"  ui       the dashboard's pages' server time with --rows finished jobs retained\n" +
+			"           (each size in a schema of its own, seeded, rolled up and analysed),\n" +
+			"           the median of --requests requests per page through the handler in\n" +
+			"           this process; fails when a page's statement scans history sequentially\n" +
 			"Each run of each side uses a fresh schema of the database, dropped afterwards; with\n" +
 			"--vs river the sides alternate which goes first. The table shows the median, min,\n" +
 			"max and max/min of the runs per side and the ratios of the medians, plus WAL bytes,\n" +
@@ -53,7 +58,8 @@ func benchCommand() *ucli.Command {
 			"  fenceq bench drain --workers 1000 --compare-queues 1000 --vs river\n" +
 			"  fenceq bench drain --jobs 20000 --workers 10000 --job-sleep 3s --runs 1\n" +
 			"  fenceq bench idle --processes 10 --queues 100 --vs river\n" +
-			"  fenceq bench layout --jobs 200000 --retained 1000000 --runs 3",
+			"  fenceq bench layout --jobs 200000 --retained 1000000 --runs 3\n" +
+			"  fenceq bench ui --rows 10000,1000000,10000000",
 		Flags: []ucli.Flag{
 			&ucli.IntFlag{Name: "jobs", Usage: "jobs of insert, drain, fenced and layout", DefaultText: "200000; fenced 20000"},
 			&ucli.DurationFlag{Name: "duration", Usage: "length of steady and latency, measured window of idle", DefaultText: "10s; idle 30s"},
@@ -78,6 +84,8 @@ func benchCommand() *ucli.Command {
 			&ucli.BoolFlag{Name: "commit-writes", Usage: "fenced: fenceq's handler commits through Job.CommitWrites (one pipeline) instead of Job.Commit"},
 			&ucli.DurationFlag{Name: "job-sleep", Usage: "drain, fenced: each handler sleeps this long (memory per running job)", DefaultText: "none"},
 			&ucli.StringFlag{Name: "layouts", Usage: "layout: the layouts compared, comma-separated", DefaultText: strings.Join(bench.Layouts, ",")},
+			&ucli.StringFlag{Name: "rows", Usage: "ui: the sizes of retained history measured, finished jobs, comma-separated", DefaultText: "10000,1000000"},
+			&ucli.IntFlag{Name: "requests", Usage: "ui: requests timed per page and size", DefaultText: "20"},
 			&ucli.BoolFlag{Name: "trace-sql", Usage: "after each run, print its statements by total time on stderr"},
 			&ucli.StringFlag{Name: "cpuprofile", Usage: "write a Go CPU profile of the whole bench (this process: the workers and the load) to `FILE`"},
 			&ucli.StringFlag{Name: "memprofile", Usage: "write a Go allocation profile of the whole bench to `FILE`"},
@@ -121,6 +129,17 @@ func benchCommand() *ucli.Command {
 			if c.Bool("verbose") {
 				cfg.Logger = slog.New(slog.NewTextHandler(stderr(c), &slog.HandlerOptions{Level: slog.LevelWarn}))
 			}
+			for _, v := range splitList(c.String("rows")) {
+				n, err := strconv.Atoi(strings.ReplaceAll(v, "_", ""))
+				if err != nil {
+					return usageError{Err: fmt.Errorf("--rows: %q is not a number of rows", v)}
+				}
+				cfg.UIRows = append(cfg.UIRows, n)
+			}
+			cfg.UIRequests = c.Int("requests")
+			if c.IsSet("requests") && cfg.UIRequests < 1 {
+				return usageError{Err: fmt.Errorf("--requests: %d must be at least 1", cfg.UIRequests)}
+			}
 			if c.IsSet("runs") && cfg.Runs < 1 {
 				return usageError{Err: fmt.Errorf("--runs: %d must be at least 1", cfg.Runs)}
 			}
@@ -130,6 +149,27 @@ func benchCommand() *ucli.Command {
 			stopProfiles, err := startProfiles(c.String("cpuprofile"), c.String("memprofile"))
 			if err != nil {
 				return err
+			}
+			if cfg.Workload == bench.WorkloadUI {
+				rep, err := bench.RunUI(c.Context, cfg)
+				if perr := stopProfiles(); perr != nil && err == nil {
+					err = perr
+				}
+				if rep != nil && len(rep.Sizes) > 0 {
+					var werr error
+					if wantJSON(c) {
+						werr = rep.WriteJSON(stdout(c))
+					} else {
+						werr = rep.WriteText(stdout(c))
+					}
+					if err == nil {
+						err = werr
+					}
+				}
+				if err != nil {
+					return fmt.Errorf("bench ui against %s: %w", RedactURL(cfg.DatabaseURL), err)
+				}
+				return nil
 			}
 			rep, err := bench.Run(c.Context, cfg)
 			if perr := stopProfiles(); perr != nil && err == nil {
@@ -214,6 +254,14 @@ func benchUsage(cfg bench.Config) error {
 	}
 	if len(cfg.Layouts) > 0 && cfg.Workload != bench.WorkloadLayout {
 		return usageError{Err: fmt.Errorf("--layouts: only the %s workload compares layouts, not %s", bench.WorkloadLayout, cfg.Workload)}
+	}
+	if (len(cfg.UIRows) > 0 || cfg.UIRequests != 0) && cfg.Workload != bench.WorkloadUI {
+		return usageError{Err: fmt.Errorf("--rows and --requests: only the %s workload takes them, not %s", bench.WorkloadUI, cfg.Workload)}
+	}
+	for _, n := range cfg.UIRows {
+		if n < 100 || n > 100_000_000 {
+			return usageError{Err: fmt.Errorf("--rows: %d must be 100–100,000,000", n)}
+		}
 	}
 	if cfg.JobSleep < 0 {
 		return usageError{Err: fmt.Errorf("--job-sleep: %s must not be negative", cfg.JobSleep)}

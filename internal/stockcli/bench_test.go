@@ -83,6 +83,10 @@ func TestBenchUsageErrors(t *testing.T) {
 		{[]string{"drain", "--compare-queues", "-1"}, "--compare-queues"},
 		{[]string{"layout", "--layouts", "single,heap"}, `--layouts: "heap"`},
 		{[]string{"drain", "--layouts", "single"}, "--layouts"},
+		{[]string{"drain", "--rows", "10000"}, "--rows"},
+		{[]string{"ui", "--rows", "10000,ten"}, `--rows: "ten"`},
+		{[]string{"ui", "--rows", "10"}, "--rows: 10"},
+		{[]string{"ui", "--requests", "0"}, "--requests"},
 		{[]string{"idle", "--processes", "-2"}, "--processes"},
 	} {
 		_, errOut, code := runBench(t, tc.args...)

@@ -10,9 +10,10 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Reads for dashboards and reports that must stay cheap however many jobs the table
-// holds: every count is served by a partial index (unfinished states) or by the
-// finished_at index over a recent window, and each scan is bounded by a cap.
+// Reads for dashboards and reports that must stay cheap however many jobs are retained:
+// unfinished jobs are counted in the hot set through the partial indexes of their states,
+// each scan bounded by a cap, and finished jobs are read from the counters RollupCounts
+// maintains (fenceq_job_counts), never from history.
 
 // withoutJIT runs fn in a read-only transaction with JIT compilation off. The planner's
 // estimates for these reads (a cap of rows, each row's errors expanded) pass JIT's cost
@@ -43,8 +44,8 @@ func normalizeCount(p *queue.CountParams) error {
 	if p.Window == 0 {
 		p.Window = time.Hour
 	}
-	if p.Window < 0 {
-		return invalid("window", "%s is negative", p.Window)
+	if p.Window < 0 || p.Window > CounterRetention {
+		return invalid("window", "%s is outside 0–%s, the counters' retention", p.Window, CounterRetention)
 	}
 	if p.Cap == 0 {
 		p.Cap = queue.DefaultCountCap
@@ -55,10 +56,12 @@ func normalizeCount(p *queue.CountParams) error {
 	return nil
 }
 
-// CountQueues counts jobs per queue without reading the whole table: unfinished jobs
-// by state through the partial indexes of those states, finished jobs only within the
-// window through the finished_at index. Queues are those with settings
-// (fenceq_queues), unfinished jobs, or jobs finished within the window, by name.
+// CountQueues counts jobs per queue without reading history: unfinished jobs by state
+// in the hot set through the partial indexes of those states, finished jobs from the
+// counters of the window's minutes (the window rounded out to the start of its first
+// minute; as fresh as the last RollupCounts). Queues are those with settings
+// (fenceq_queues), unfinished jobs, or jobs counted as finished within the window, by
+// name.
 func CountQueues(ctx context.Context, db queue.DBTX, p queue.CountParams) (*queue.QueueCounts, error) {
 	if err := normalizeCount(&p); err != nil {
 		return nil, err
@@ -120,6 +123,9 @@ func countQueues(ctx context.Context, db queue.DBTX, p queue.CountParams) (*queu
 		} else {
 			q.Unfinished[st] += n
 		}
+		if group == "finished" {
+			continue // counters, not a capped scan
+		}
 		groupTotal[group] += n
 		if !slices.Contains(groupStates[group], st) {
 			groupStates[group] = append(groupStates[group], st)
@@ -150,12 +156,13 @@ func countQueues(ctx context.Context, db queue.DBTX, p queue.CountParams) (*queu
 }
 
 // ReadThroughput counts finished jobs and failed attempts per interval over the
-// window, in buckets intervals aligned to whole multiples of the bucket length (the
-// last one is the current, partial, interval). Finished jobs come from the finished_at
-// index over the window alone. Failed attempts come from the errors of the jobs that
-// finished within the window and of those scheduled, retryable or running now; a failed
-// attempt of a job that now waits, available, for its next attempt is counted once that
-// attempt begins.
+// window, in buckets intervals of whole minutes aligned to whole multiples of the bucket
+// length (the last one is the current, partial, interval). Finished jobs, and the failed
+// attempts of finished jobs (in the interval each job finished in), come from the
+// counters (as fresh as the last RollupCounts); the failed attempts of jobs scheduled,
+// retryable or running now from their errors in the hot set, in the interval each was
+// recorded in. A failed attempt of a job that now waits, available, for
+// its next attempt is counted once that attempt begins.
 func ReadThroughput(ctx context.Context, db queue.DBTX, p queue.CountParams, buckets int) (*queue.Throughput, error) {
 	if err := normalizeCount(&p); err != nil {
 		return nil, err
@@ -164,8 +171,8 @@ func ReadThroughput(ctx context.Context, db queue.DBTX, p queue.CountParams, buc
 		return nil, invalid("buckets", "%d is outside 1–1000", buckets)
 	}
 	bucket := p.Window / time.Duration(buckets)
-	if bucket < time.Second {
-		return nil, invalid("window", "%s in %d buckets makes buckets shorter than a second", p.Window, buckets)
+	if bucket < CounterBucket || bucket%CounterBucket != 0 {
+		return nil, invalid("window", "%s in %d buckets makes buckets of %s, not whole minutes", p.Window, buckets, bucket)
 	}
 	out := &queue.Throughput{Bucket: bucket, Buckets: make([]queue.ThroughputBucket, buckets)}
 	err := withoutJIT(ctx, db, func(db queue.DBTX) error { return readThroughput(ctx, db, p, out) })

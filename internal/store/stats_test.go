@@ -77,6 +77,7 @@ func TestCountQueuesAndThroughput(t *testing.T) {
 	if _, err := store.Fail(b.ctx, b.db.Pool, store.LeaseOf(js[1]), store.FailParams{Err: "x", Backoff: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
+	b.rollUpToNow(t)
 	c, err := store.CountQueues(b.ctx, b.db.Pool, queue.CountParams{})
 	if err != nil {
 		t.Fatal(err)
@@ -118,8 +119,10 @@ func TestCountQueuesAndThroughput(t *testing.T) {
 	if !last.Start.Before(tp.Now) || tp.Now.Sub(last.Start) > time.Minute || tp.Bucket != time.Minute {
 		t.Errorf("last bucket starts %s, now %s", last.Start, tp.Now)
 	}
-	if _, err := store.ReadThroughput(b.ctx, b.db.Pool, queue.CountParams{Window: time.Second}, 60); !errors.Is(err, queue.ErrInvalid) {
-		t.Errorf("sub-second buckets: %v", err)
+	for _, w := range []time.Duration{time.Second, 90 * time.Minute} {
+		if _, err := store.ReadThroughput(b.ctx, b.db.Pool, queue.CountParams{Window: w}, 60); !errors.Is(err, queue.ErrInvalid) {
+			t.Errorf("window %s in 60 buckets (not whole minutes): %v", w, err)
+		}
 	}
 	if _, err := store.CountQueues(b.ctx, b.db.Pool, queue.CountParams{Window: -time.Second}); !errors.Is(err, queue.ErrInvalid) {
 		t.Errorf("negative window: %v", err)
