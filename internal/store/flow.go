@@ -43,8 +43,26 @@ SELECT DISTINCT flow_key, split_part(flow_key, ':', 1) FROM fenceq_jobs_staging 
 ORDER BY 1
 ON CONFLICT (key) DO NOTHING`
 
+// refuseFlowOnCitus returns a ValidationError when db reaches fenceq's tables as Citus
+// distributed tables: the counts of flow limits are kept by triggers on the jobs
+// tables, which a distributed table cannot have, so a limit would never free its slots.
+func refuseFlowOnCitus(ctx context.Context, db queue.DBTX) error {
+	dist, err := Distributed(ctx, db)
+	if err != nil {
+		return fmt.Errorf("flow limits: %w", err)
+	}
+	if dist {
+		return invalid("flow.limit", "flow limits are not supported on Citus: their running counts are kept by "+
+			"triggers on the jobs tables, which a distributed table cannot have (docs/flow.md)")
+	}
+	return nil
+}
+
 // ensureFlowKey runs sqlEnsureFlowKey, turning a missing limit into a ValidationError.
 func ensureFlowKey(ctx context.Context, db queue.DBTX, key string) error {
+	if err := refuseFlowOnCitus(ctx, db); err != nil {
+		return err
+	}
 	if _, err := db.Exec(ctx, sqlEnsureFlowKey, key, FlowKeyLimit(key)); err != nil {
 		return flowKeyError(err, key)
 	}
@@ -59,9 +77,13 @@ func flowKeyError(err error, key string) error {
 	return fmt.Errorf("create flow key %q: %w", key, err)
 }
 
-// SetFlowLimit creates or changes a flow limit. A change applies to the next claim.
+// SetFlowLimit creates or changes a flow limit. A change applies to the next claim. It
+// refuses a Citus distributed schema (refuseFlowOnCitus).
 func SetFlowLimit(ctx context.Context, db queue.DBTX, l queue.FlowLimit) error {
 	if err := l.Validate(); err != nil {
+		return err
+	}
+	if err := refuseFlowOnCitus(ctx, db); err != nil {
 		return err
 	}
 	if _, err := db.Exec(ctx, `

@@ -255,6 +255,9 @@ func insertMany(ctx context.Context, db queue.Beginner, ps []InsertParams, simpl
 	}
 	for i := range ps {
 		if ps[i].FlowKey != "" {
+			if err := refuseFlowOnCitus(ctx, tx); err != nil {
+				return 0, fmt.Errorf("job %d of %d: %w", i+1, len(ps), err)
+			}
 			if _, err := tx.Exec(ctx, sqlEnsureStagedFlowKeys); err != nil {
 				return 0, flowKeyError(err, ps[i].FlowKey)
 			}
