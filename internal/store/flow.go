@@ -271,7 +271,7 @@ func ClaimFlow(ctx context.Context, db queue.DBTX, p ClaimFlowParams) ([]*queue.
 }
 
 // claimFlowSQL is ClaimFlow's statement: $1 queue names, $2 their limits, $3 the most
-// jobs in all, $4 worker id, $5 lease (µs), $6 and $7 the key to start after ('' and ''
+// jobs in all, $4 worker id, $5 lease (µs), $6 and $7 the key to start after (two empty strings
 // for the first); with kinds, $8 the kinds.
 //
 //   - keys walks the distinct (queue, flow key) pairs with available jobs in index
