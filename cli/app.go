@@ -1,7 +1,7 @@
 // Package cli is the fenceq command tree as a library: New builds it over an
 // application's own handlers, migration sets and defaults, so that an application's
 // main of a few lines gives its team worker, migrate, enqueue, jobs, queues, periodic,
-// workers, outbox, stats, verify, health, ui and version for its own kinds. The stock
+// flow, workers, outbox, stats, verify, health, ui and version for its own kinds. The stock
 // fenceq binary is the same tree with the built-in jobs and a few commands of its own
 // (demo, bench, chaos, serve, billing).
 //
@@ -59,8 +59,8 @@ func envOf(c *ucli.Context) *env {
 }
 
 // New returns the command tree of an application's fenceq jobs: worker, migrate,
-// enqueue, jobs, queues, periodic, workers, outbox, stats, verify, health, ui and
-// version, for the kinds, migration sets and defaults opts gives, followed by
+// enqueue, jobs, queues, periodic, flow, workers, outbox, stats, verify, health, ui
+// and version, for the kinds, migration sets and defaults opts gives, followed by
 // opts.Extra. Run it with Run; errors are returned from its RunContext, never printed
 // or turned into os.Exit.
 func New(opts Options) *ucli.App {
@@ -73,6 +73,7 @@ func New(opts Options) *ucli.App {
 		withReportFlags(jobsCommand()),
 		withReportFlags(queuesCommand()),
 		withReportFlags(periodicCommand()),
+		withReportFlags(flowCommand()),
 		withReportFlags(workersCommand()),
 		withReportFlags(outboxCommand()),
 		withReportFlags(statsCommand()),

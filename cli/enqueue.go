@@ -29,6 +29,8 @@ func enqueueCommand(e *env) *ucli.Command {
 			&ucli.StringFlag{Name: "unique-key", Usage: "while a job with this key is unfinished, return it instead of a new one"},
 			&ucli.StringSliceFlag{Name: "tag", Usage: "label the job with `TAG` (repeat for several; find it with: fenceq jobs list --tag TAG)"},
 			&ucli.IntFlag{Name: "max-attempts", Value: queue.DefaultMaxAttempts, Usage: "attempts before the job is discarded"},
+			&ucli.StringFlag{Name: "flow-limit", Usage: "run the job under the flow limit `NAME` (see: fenceq flow list)"},
+			&ucli.StringFlag{Name: "flow-partition", Usage: "the job's `PARTITION` of --flow-limit, e.g. a customer id (default: the whole limit)"},
 			&ucli.BoolFlag{Name: "allow-unknown-kind", Usage: "accept a kind neither this binary nor a live worker knows"},
 		},
 		Action: enqueue,
@@ -65,7 +67,10 @@ func enqueue(c *ucli.Context) error {
 	args := fenceq.RawArgs{KindName: kind, JSON: raw}
 	opts := &fenceq.InsertOpts{Queue: c.String("queue"), Priority: new(c.Int("priority")),
 		MaxAttempts: c.Int("max-attempts"), UniqueKey: c.String("unique-key"), RunIn: c.Duration("in"),
-		Tags: c.StringSlice("tag")}
+		Tags: c.StringSlice("tag"), Flow: queue.FlowOpts{Limit: c.String("flow-limit"), Partition: c.String("flow-partition")}}
+	if opts.Flow.Limit == "" && opts.Flow.Partition != "" {
+		return usageError{Err: errors.New("--flow-partition needs --flow-limit, the limit it is a partition of")}
+	}
 	if opts.Queue == "" {
 		opts.Queue = queue.DefaultQueue
 		if known {

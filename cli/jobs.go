@@ -144,6 +144,36 @@ type jobDetail struct {
 	*queue.JobRow
 	LeaseEvents []queue.LeaseEvent  `json:"lease_events"`
 	Audit       []queue.AuditRecord `json:"audit"`
+	// Flow is the state of the job's flow partition (its FlowKey), when it has one that
+	// still exists.
+	Flow *queue.FlowPartition `json:"flow,omitempty"`
+	// FlowLimit is the limit of that partition.
+	FlowLimit *queue.FlowLimit `json:"flow_limit,omitempty"`
+}
+
+// jobFlow reads the partition of a job's flow key and its limit: nil, nil for a job
+// under no limit, or whose limit was deleted since.
+func jobFlow(ctx context.Context, db queue.DBTX, j *queue.JobRow) (*queue.FlowPartition, *queue.FlowLimit, error) {
+	if j.FlowKey == nil {
+		return nil, nil, nil
+	}
+	p, err := fenceq.FlowPartitionOf(ctx, db, *j.FlowKey)
+	if errors.Is(err, queue.ErrNotFound) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	ls, err := fenceq.ListFlowLimits(ctx, db)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, l := range ls {
+		if l.Name == p.Limit {
+			return p, &l, nil
+		}
+	}
+	return p, nil, nil
 }
 
 func jobsShow(c *ucli.Context) error {
@@ -174,8 +204,17 @@ func jobsShow(c *ucli.Context) error {
 	if audit == nil {
 		audit = []queue.AuditRecord{}
 	}
-	return output(c, jobDetail{JobRow: j, LeaseEvents: events, Audit: audit}, func(w io.Writer) error {
+	flow, flowLimit, err := jobFlow(c.Context, pool, j)
+	if err != nil {
+		return err
+	}
+	d := jobDetail{JobRow: j, LeaseEvents: events, Audit: audit, Flow: flow, FlowLimit: flowLimit}
+	return output(c, d, func(w io.Writer) error {
 		printJob(w, j)
+		if flow != nil {
+			fmt.Fprintln(w, "\nflow partition:")
+			printFlowPartition(w, flow, flowLimit)
+		}
 		if len(j.Errors) > 0 {
 			fmt.Fprintln(w, "\nerrors:")
 			rows := make([][]string, 0, len(j.Errors))
@@ -233,6 +272,7 @@ func printJob(w io.Writer, j *queue.JobRow) {
 		{"unique_key", fmtStr(j.UniqueKey)},
 		{"unique_states", uniqueStates(j)},
 		{"tags", orDash(strings.Join(j.Tags, ", "))},
+		{"flow_key", fmtStr(j.FlowKey)},
 		{"created_at", fmtTime(&j.CreatedAt)},
 		{"finished_at", fmtTime(j.FinishedAt)},
 		{"args", string(j.EncodedArgs)},

@@ -123,6 +123,7 @@ func sections() []section {
 		outboxSection(),
 		idempotencySection(),
 		periodicSection(),
+		flowSection(),
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
 
 	"github.com/fenceq/fenceq"
 	"github.com/fenceq/fenceq/queue"
@@ -22,6 +23,10 @@ type jobData struct {
 	CanRetry, CanCancel, CanRequeue bool
 	// Audit are the operator actions that named the job, newest first.
 	Audit []queue.AuditRecord
+	// Flow is the state of the job's flow partition (nil under no limit, or when the
+	// limit was deleted since), FlowRunning its running count against the limit's.
+	Flow        *queue.FlowPartition
+	FlowRunning string
 }
 
 // jobAuditLimit bounds the audit records shown on a job's page.
@@ -62,7 +67,34 @@ func (h *Handler) job(ctx context.Context, r *http.Request) (*page, error) {
 		CanCancel:  !j.State.Final(),
 		CanRequeue: j.State != queue.StateAvailable,
 	}
+	if j.FlowKey != nil {
+		if d.Flow, d.FlowRunning, err = h.jobFlow(ctx, *j.FlowKey); err != nil {
+			return nil, err
+		}
+	}
 	return &page{title: fmt.Sprintf("Job %d", id), template: "job", nav: "/jobs", data: d}, nil
+}
+
+// jobFlow reads the partition of a flow key and shows its running count against its
+// limit; nil for a key whose limit was deleted.
+func (h *Handler) jobFlow(ctx context.Context, key string) (*queue.FlowPartition, string, error) {
+	p, err := fenceq.FlowPartitionOf(ctx, h.cfg.DB, key)
+	if errors.Is(err, queue.ErrNotFound) {
+		return nil, "", nil
+	}
+	if err != nil {
+		return nil, "", err
+	}
+	ls, err := fenceq.ListFlowLimits(ctx, h.cfg.DB)
+	if err != nil {
+		return nil, "", err
+	}
+	for _, l := range ls {
+		if l.Name == p.Limit {
+			return p, flowRunning(*p, l), nil
+		}
+	}
+	return p, strconv.Itoa(p.Running), nil
 }
 
 // confirmData is the confirmation step of a destructive action: a page whose form
