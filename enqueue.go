@@ -42,6 +42,9 @@ func mergeOpts(args JobArgs, opts *InsertOpts, own bool) InsertOpts {
 		if !opts.Unique.IsZero() {
 			o.Unique = opts.Unique
 		}
+		if !opts.Debounce.IsZero() {
+			o.Debounce = opts.Debounce
+		}
 		if len(opts.Tags) > 0 {
 			o.Tags = append(slices.Clip(o.Tags), opts.Tags...) // duplicates are dropped by the engine
 		}
@@ -88,7 +91,7 @@ func insertParams(args JobArgs, o InsertOpts) (store.InsertParams, error) {
 	}
 	return store.InsertParams{Queue: o.Queue, Kind: args.Kind(), Args: raw, Priority: o.Priority,
 		RunAt: o.RunAt, RunIn: o.RunIn, MaxAttempts: o.MaxAttempts, UniqueKey: o.UniqueKey, Unique: unique,
-		Tags: o.Tags, Metadata: meta}, nil
+		Tags: o.Tags, Metadata: meta, Debounce: o.Debounce}, nil
 }
 
 // Enqueue inserts one job. Pass a pgx.Tx as db to make the job part of your
