@@ -353,6 +353,12 @@ func (w *Worker) runPeriodic(ctx context.Context) {
 // much later.
 const minPeriodicWait = 2 * time.Millisecond
 
+// skippedSlots are the slots of one schedule a pass skipped for no overlap.
+type skippedSlots struct {
+	name string
+	o    store.PeriodicOutcome
+}
+
 // periodicPass runs one scheduling pass (see planPass) in one transaction and returns
 // how long until the next slot of any schedule is due.
 func (w *Worker) periodicPass(ctx context.Context) (time.Duration, error) {
@@ -375,17 +381,21 @@ func (w *Worker) periodicPass(ctx context.Context) (time.Duration, error) {
 	}
 	plan := planPass(now, hb, w.periodicSince, w.cfg.PeriodicGrace, due, w.schedules.parse)
 	enqueued := make(map[string]int, len(plan.enqueues))
+	var skipped []skippedSlots
 	for _, e := range plan.enqueues {
-		matched, n, err := store.EnqueuePeriodic(pctx, tx, e)
+		o, err := store.EnqueuePeriodic(pctx, tx, e)
 		if err != nil {
 			return 0, err
 		}
-		if !matched {
+		if !o.Matched {
 			// Removed, paused or redefined since it was read: the next pass reads it again.
 			w.log.Debug("periodic schedule changed during the pass; nothing enqueued", "name", e.Name)
 			continue
 		}
-		enqueued[e.Name] += int(n)
+		enqueued[e.Name] += int(o.Inserted)
+		if o.Skipped > 0 {
+			skipped = append(skipped, skippedSlots{name: e.Name, o: o})
+		}
 	}
 	for _, j := range plan.onStart {
 		ok, err := store.EnqueueOnStart(pctx, tx, j.name, []byte(j.meta))
@@ -406,6 +416,16 @@ func (w *Worker) periodicPass(ctx context.Context) (time.Duration, error) {
 		if n > 0 {
 			w.hooks.periodicEnqueued(pctx, name, n)
 		}
+	}
+	for _, sk := range skipped {
+		if sk.o.Unfinished != 0 {
+			w.log.Info("periodic slot skipped: a job of the schedule is unfinished (no overlap)", "name", sk.name,
+				"slots", sk.o.Skipped, "newest", sk.o.SkippedSlot, "unfinished_job", sk.o.Unfinished)
+		} else {
+			w.log.Info("periodic slots skipped: they would overlap the job just enqueued (no overlap)", "name", sk.name,
+				"slots", sk.o.Skipped, "newest", sk.o.SkippedSlot)
+		}
+		w.hooks.periodicSkipped(pctx, sk.name, int(sk.o.Skipped))
 	}
 	for name, err := range plan.broken {
 		w.log.Error("periodic schedule cannot be parsed; it enqueues nothing", "name", name, "err", err)

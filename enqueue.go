@@ -44,6 +44,9 @@ func mergeOpts(args JobArgs, opts *InsertOpts, own bool) InsertOpts {
 		if !opts.Unique.IsZero() {
 			o.Unique = opts.Unique
 		}
+		if !opts.Debounce.IsZero() {
+			o.Debounce = opts.Debounce
+		}
 		if len(opts.Tags) > 0 {
 			o.Tags = append(slices.Clip(o.Tags), opts.Tags...) // duplicates are dropped by the engine
 		}
@@ -97,7 +100,7 @@ func insertParams(args JobArgs, o InsertOpts) (store.InsertParams, error) {
 	}
 	return store.InsertParams{Queue: o.Queue, Kind: args.Kind(), Args: raw, Priority: o.Priority,
 		RunAt: o.RunAt, RunIn: o.RunIn, MaxAttempts: o.MaxAttempts, UniqueKey: o.UniqueKey, Unique: unique,
-		Tags: o.Tags, Metadata: meta, FlowKey: flowKey}, nil
+		Tags: o.Tags, Metadata: meta, FlowKey: flowKey, Debounce: o.Debounce}, nil
 }
 
 // flowKeyOf returns the flow key of a job with args raw under o ("" for none): the

@@ -33,6 +33,7 @@ const (
 //   - LeaseRevokedHook
 //   - HeartbeatFailedHook
 //   - PeriodicEnqueuedHook
+//   - PeriodicSkippedHook
 //
 // Register it in Config.Hooks (NewWorker rejects a value that implements none of
 // them). Hooks are called in the order given.
@@ -92,6 +93,13 @@ type PeriodicEnqueuedHook interface {
 	PeriodicEnqueued(ctx context.Context, name string, n int)
 }
 
+// PeriodicSkippedHook is told when a scheduling pass of this worker committed, for the
+// periodic schedule name, n slots skipped because a job of the schedule was unfinished
+// (PeriodicOpts.NoOverlap). ctx is the pass's.
+type PeriodicSkippedHook interface {
+	PeriodicSkipped(ctx context.Context, name string, n int)
+}
+
 // AttemptResult is how one attempt ended, as JobFinishedHook is told.
 type AttemptResult struct {
 	Outcome Outcome
@@ -114,6 +122,7 @@ type hookSet struct {
 	revoked  []LeaseRevokedHook
 	hbFailed []HeartbeatFailedHook
 	periodic []PeriodicEnqueuedHook
+	skipped  []PeriodicSkippedHook
 }
 
 func newHookSet(hooks []Hook) (hookSet, error) {
@@ -146,6 +155,10 @@ func newHookSet(hooks []Hook) (hookSet, error) {
 		}
 		if x, ok := h.(PeriodicEnqueuedHook); ok {
 			s.periodic = append(s.periodic, x)
+			n++
+		}
+		if x, ok := h.(PeriodicSkippedHook); ok {
+			s.skipped = append(s.skipped, x)
 			n++
 		}
 		if n == 0 {
@@ -194,5 +207,11 @@ func (s *hookSet) heartbeatFailed(ctx context.Context, err error) {
 func (s *hookSet) periodicEnqueued(ctx context.Context, name string, n int) {
 	for _, h := range s.periodic {
 		h.PeriodicEnqueued(ctx, name, n)
+	}
+}
+
+func (s *hookSet) periodicSkipped(ctx context.Context, name string, n int) {
+	for _, h := range s.skipped {
+		h.PeriodicSkipped(ctx, name, n)
 	}
 }

@@ -148,4 +148,12 @@ type InsertOpts struct {
 	// stays available but is claimed only while its partition has room. The zero value
 	// takes the kind's InsertOpts. See docs/flow.md.
 	Flow queue.FlowOpts
+	// Debounce, with a key and a window, makes this enqueue replace the job of the same
+	// kind and key that has not started yet (its args, queue, priority, max attempts,
+	// tags and metadata become this enqueue's, its run_at now() plus the window) instead
+	// of adding one; when none waits, the job is inserted to run after the window.
+	// queue.InsertResult.Debounced reports a replacement. It cannot be combined with
+	// RunAt, RunIn, UniqueKey or Unique, nor used in EnqueueMany. The zero value takes
+	// the kind's InsertOpts. See queue.DebounceOpts.
+	Debounce queue.DebounceOpts
 }

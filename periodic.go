@@ -3,6 +3,7 @@ package fenceq
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"time"
 
 	"github.com/fenceq/fenceq/internal/store"
@@ -43,6 +44,13 @@ type PeriodicOpts struct {
 	// down (no pass completed within PeriodicGrace): at the first start, and after every
 	// outage. Its metadata says run_on_start instead of a slot.
 	RunOnStart bool
+	// NoOverlap skips a slot while the previous run is unfinished: while any job the
+	// schedule enqueued (for a slot, a trigger or a run on start) is not completed,
+	// discarded or cancelled. A skipped slot is decided like any other (it is never
+	// enqueued later), counted in the schedule's row (PeriodicRow.SkippedSlots,
+	// LastSkippedSlot), logged and told to PeriodicSkippedHook. The database decides, in
+	// the statement that moves the schedule's last slot.
+	NoOverlap bool
 }
 
 // NewPeriodicJob returns a schedule named name (1–64 letters, digits and _ . : -) that
@@ -66,17 +74,25 @@ func (pj *PeriodicJob) Params() (queue.PeriodicParams, error) {
 	if pj.args == nil {
 		return queue.PeriodicParams{}, invalidField("args", "schedule %q has no job args", pj.name)
 	}
-	o := InsertOpts{}
-	if withOpts, ok := pj.args.(JobArgsWithInsertOpts); ok {
-		o = withOpts.InsertOpts()
+	// The kind's InsertOpts, as an Enqueue of the args would apply them: queue,
+	// priority, attempts, unique key, tags and metadata. The origin of each job is added
+	// to the metadata when it is enqueued.
+	o := mergeOpts(pj.args, nil, false)
+	if !o.Debounce.IsZero() {
+		return queue.PeriodicParams{}, invalidField("debounce",
+			"kind %s's InsertOpts set Debounce, which periodic jobs cannot apply (each slot is its own job)", pj.args.Kind())
 	}
-	raw, err := json.Marshal(pj.args)
+	ip, err := insertParams(pj.args, o)
 	if err != nil {
-		return queue.PeriodicParams{}, invalidField("args", "encode %s args: %v", pj.args.Kind(), err)
+		if errors.Is(err, queue.ErrInvalid) {
+			return queue.PeriodicParams{}, err
+		}
+		return queue.PeriodicParams{}, invalidField("args", "%v", err)
 	}
 	p := queue.PeriodicParams{Name: pj.name, Spec: pj.spec, Timezone: pj.opts.Timezone, Kind: pj.args.Kind(),
-		Args: raw, Queue: o.Queue, Priority: o.Priority, MaxAttempts: o.MaxAttempts, Missed: pj.opts.Missed,
-		RunOnStart: pj.opts.RunOnStart, Source: queue.SourceCode}
+		Args: ip.Args, Queue: o.Queue, Priority: o.Priority, MaxAttempts: o.MaxAttempts, Missed: pj.opts.Missed,
+		RunOnStart: pj.opts.RunOnStart, Source: queue.SourceCode, NoOverlap: pj.opts.NoOverlap,
+		UniqueKey: ip.UniqueKey, Unique: ip.Unique, Tags: ip.Tags, Metadata: ip.Metadata}
 	if pj.opts.Queue != "" {
 		p.Queue = pj.opts.Queue
 	}
@@ -97,6 +113,9 @@ func (pj *PeriodicJob) Params() (queue.PeriodicParams, error) {
 // Errors are *queue.ValidationError naming the field (they match queue.ErrInvalid).
 func ValidatePeriodic(p *queue.PeriodicParams) (*Schedule, error) {
 	if err := p.Normalize(); err != nil {
+		return nil, err
+	}
+	if err := store.ValidatePeriodicJobs(*p); err != nil {
 		return nil, err
 	}
 	return ParseSchedule(p.Spec, p.Timezone)
@@ -296,7 +315,8 @@ type window struct{ from, to time.Time }
 // bound is reached) are missed and follow d.Missed. It reports the newest slot passed
 // over, if any.
 func decideSlots(s *Schedule, d store.DuePeriodic, now time.Time, live []window) (store.PeriodicEnqueue, *passedOver) {
-	e := store.PeriodicEnqueue{Name: d.Name, Spec: d.Spec, Timezone: d.Timezone, From: d.LastSlot, To: d.LastSlot}
+	e := store.PeriodicEnqueue{Name: d.Name, Spec: d.Spec, Timezone: d.Timezone, From: d.LastSlot, To: d.LastSlot,
+		NoOverlap: d.NoOverlap}
 	type decided struct {
 		slot   time.Time
 		missed bool
@@ -361,7 +381,7 @@ func decideSlots(s *Schedule, d store.DuePeriodic, now time.Time, live []window)
 			continue
 		}
 		e.Metadata = append(e.Metadata, periodicOrigin{Name: d.Name, Slot: slotString(x.slot), Missed: x.missed}.encode())
-		e.LastEnqueued = x.slot
+		e.Slots = append(e.Slots, x.slot)
 	}
 	var over *passedOver
 	if len(missed) > 0 && (d.Missed != queue.MissedOnce || passed || len(missed) > 1) {

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/big"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -75,14 +77,24 @@ func periodicChanges(r *queue.PeriodicRow, p queue.PeriodicParams) []string {
 	add(r.Missed != p.Missed, "missed")
 	add(r.RunOnStart != p.RunOnStart, "run_on_start")
 	add(r.Source != p.Source, "source")
+	add(r.NoOverlap != p.NoOverlap, "no_overlap")
+	key, states, period, tags, meta, err := store.PeriodicJobOptions(p)
+	if err != nil {
+		return append(out, "unique_key", "tags", "metadata")
+	}
+	add(!equalPtr(r.UniqueKey, key) || !slices.Equal(r.UniqueStates, states) || r.UniquePeriod != period, "unique_key")
+	add(!slices.Equal(r.Tags, tags), "tags")
+	add(!jsonEqual(r.Metadata, meta), "metadata")
 	return out
 }
+
+func equalPtr[T comparable](a, b *T) bool { return (a == nil) == (b == nil) && (a == nil || *a == *b) }
 
 // describeStoredPeriodic and describePeriodicParams render a definition on one line,
 // the same way for both, for the log.
 func describeStoredPeriodic(r *queue.PeriodicRow) string {
 	return describeDefinition(r.Spec, r.Timezone, r.Kind, r.EncodedArgs, r.Queue, r.Priority, r.MaxAttempts,
-		r.Missed, r.RunOnStart, r.Source)
+		r.Missed, r.RunOnStart, r.Source) + describeJobOptions(r.NoOverlap, r.UniqueKey, r.Tags, r.Metadata)
 }
 
 func describePeriodicParams(p queue.PeriodicParams) string {
@@ -90,8 +102,29 @@ func describePeriodicParams(p queue.PeriodicParams) string {
 	if p.Priority != nil {
 		prio = *p.Priority
 	}
+	key, _, _, tags, meta, _ := store.PeriodicJobOptions(p)
 	return describeDefinition(p.Spec, p.Timezone, p.Kind, p.Args, p.Queue, prio, p.MaxAttempts, p.Missed,
-		p.RunOnStart, p.Source)
+		p.RunOnStart, p.Source) + describeJobOptions(p.NoOverlap, key, tags, meta)
+}
+
+// describeJobOptions renders the options added by migration 000017 that are set, so that
+// the line of a definition without them reads as before.
+func describeJobOptions(noOverlap bool, key *string, tags []string, meta []byte) string {
+	out := ""
+	if noOverlap {
+		out += " no_overlap=true"
+	}
+	if key != nil {
+		out += " unique_key=" + strconv.Quote(*key)
+	}
+	if len(tags) > 0 {
+		out += " tags=" + strings.Join(tags, ",")
+	}
+	var compact bytes.Buffer
+	if len(meta) > 0 && json.Compact(&compact, meta) == nil && compact.String() != "{}" {
+		out += " metadata=" + compact.String()
+	}
+	return out
 }
 
 func describeDefinition(spec, tz, kind string, args []byte, q string, prio, maxAttempts int,

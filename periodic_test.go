@@ -389,8 +389,9 @@ func TestPeriodicSlotNotEnqueuedAgainAfterPrune(t *testing.T) {
 	}
 	defer func() { _ = tx.Rollback(b.ctx) }()
 	meta := `{"periodic": {"name": "late", "slot": "` + first.Slot + `"}}`
-	matched, inserted, err := store.EnqueuePeriodic(b.ctx, tx, store.PeriodicEnqueue{Name: "late", Spec: stale[0].Spec,
-		Timezone: stale[0].Timezone, From: stale[0].LastSlot, To: slot, Metadata: []string{meta}, LastEnqueued: slot})
+	o, err := store.EnqueuePeriodic(b.ctx, tx, store.PeriodicEnqueue{Name: "late", Spec: stale[0].Spec,
+		Timezone: stale[0].Timezone, From: stale[0].LastSlot, To: slot, Metadata: []string{meta}, Slots: []time.Time{slot}})
+	matched, inserted := o.Matched, o.Inserted
 	if err != nil {
 		t.Fatal(err)
 	}

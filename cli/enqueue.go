@@ -19,7 +19,10 @@ func enqueueCommand(e *env) *ucli.Command {
 		ArgsUsage: "KIND",
 		Description: "KIND is a kind this binary knows (" + listOrNone(e.kindNames()) + ")\n" +
 			"or one that a live worker registers (see `" + e.opts.Name + " workers list`). Example:\n" +
-			"  " + e.opts.Name + " enqueue KIND --args '{\"key\": \"value\"}' --in 1m",
+			"  " + e.opts.Name + " enqueue KIND --args '{\"key\": \"value\"}' --in 1m\n" +
+			"With --debounce-key K --debounce-window D, a job of KIND with key K that has not started\n" +
+			"yet takes these args and runs D from now instead of a second job being added; a job\n" +
+			"that has started is left alone and a new one waits D.",
 		Flags: []ucli.Flag{
 			&ucli.StringFlag{Name: "args", Value: "{}", Usage: "job arguments as a JSON object"},
 			&ucli.StringFlag{Name: "queue", Usage: "queue (default: the kind's queue)"},
@@ -31,6 +34,8 @@ func enqueueCommand(e *env) *ucli.Command {
 			&ucli.IntFlag{Name: "max-attempts", Value: queue.DefaultMaxAttempts, Usage: "attempts before the job is discarded"},
 			&ucli.StringFlag{Name: "flow-limit", Usage: "run the job under the flow limit `NAME` (see: fenceq flow list)"},
 			&ucli.StringFlag{Name: "flow-partition", Usage: "the job's `PARTITION` of --flow-limit, e.g. a customer id (default: the whole limit)"},
+			&ucli.StringFlag{Name: "debounce-key", Usage: "replace the waiting job of this kind with this `KEY` that has not started (or insert one); needs --debounce-window"},
+			&ucli.DurationFlag{Name: "debounce-window", Usage: "with --debounce-key: the job runs this long after the latest enqueue (e.g. 30s)"},
 			&ucli.BoolFlag{Name: "allow-unknown-kind", Usage: "accept a kind neither this binary nor a live worker knows"},
 		},
 		Action: enqueue,
@@ -40,7 +45,13 @@ func enqueueCommand(e *env) *ucli.Command {
 type enqueueResult struct {
 	Job      *queue.JobRow `json:"job"`
 	Existing bool          `json:"existing"`
+	// Debounced: the waiting job with the debounce key took these args (Job is it).
+	Debounced bool `json:"debounced"`
 }
+
+// debounceFlag names the flag of a debounce field of a validation error.
+var debounceFlag = map[string]string{"debounce": "--debounce-key", "debounce.key": "--debounce-key",
+	"debounce.window": "--debounce-window"}
 
 func enqueue(c *ucli.Context) error {
 	if err := needArgs(c, 1, 1, "KIND [--args JSON] [flags]"); err != nil {
@@ -67,7 +78,8 @@ func enqueue(c *ucli.Context) error {
 	args := fenceq.RawArgs{KindName: kind, JSON: raw}
 	opts := &fenceq.InsertOpts{Queue: c.String("queue"), Priority: new(c.Int("priority")),
 		MaxAttempts: c.Int("max-attempts"), UniqueKey: c.String("unique-key"), RunIn: c.Duration("in"),
-		Tags: c.StringSlice("tag"), Flow: queue.FlowOpts{Limit: c.String("flow-limit"), Partition: c.String("flow-partition")}}
+		Tags: c.StringSlice("tag"), Flow: queue.FlowOpts{Limit: c.String("flow-limit"), Partition: c.String("flow-partition")},
+		Debounce: queue.DebounceOpts{Key: c.String("debounce-key"), Window: c.Duration("debounce-window")}}
 	if opts.Flow.Limit == "" && opts.Flow.Partition != "" {
 		return usageError{Err: errors.New("--flow-partition needs --flow-limit, the limit it is a partition of")}
 	}
@@ -93,7 +105,11 @@ func enqueue(c *ucli.Context) error {
 	if c.Int("max-attempts") < 1 {
 		return usageError{Err: fmt.Errorf("invalid --max-attempts %d: must be at least 1", c.Int("max-attempts"))}
 	}
-	if err := fenceq.ValidateEnqueue(args, opts); err != nil { // queue, priority, unique key, tags
+	if err := fenceq.ValidateEnqueue(args, opts); err != nil { // queue, priority, unique key, tags, debounce
+		var ve *queue.ValidationError
+		if errors.As(err, &ve) && debounceFlag[ve.Field] != "" {
+			return usageError{Err: fmt.Errorf("%s: %w", debounceFlag[ve.Field], err)}
+		}
 		return usageError{Err: err}
 	}
 	pool, err := e.openForKind(c, known, kind, "")
@@ -110,9 +126,14 @@ func enqueue(c *ucli.Context) error {
 	if err != nil {
 		return err
 	}
-	out := enqueueResult{Job: res.Job, Existing: res.Existing}
+	out := enqueueResult{Job: res.Job, Existing: res.Existing, Debounced: res.Debounced}
 	return output(c, out, func(w io.Writer) error {
 		j := res.Job
+		if res.Debounced {
+			_, err := fmt.Fprintf(w, "job %d with debounce key %q had not started (%s, queue %s): it takes these args and runs at %s\n",
+				j.ID, opts.Debounce.Key, j.Kind, j.Queue, fmtTime(&j.RunAt))
+			return err
+		}
 		if res.Existing {
 			_, err := fmt.Fprintf(w, "job %d with unique key %q already exists (%s, queue %s): %s\n",
 				j.ID, opts.UniqueKey, j.Kind, j.Queue, j.State)

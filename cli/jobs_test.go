@@ -1,6 +1,7 @@
 package cli_test
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -13,8 +14,9 @@ import (
 )
 
 type enqueued struct {
-	Job      queue.JobRow `json:"job"`
-	Existing bool         `json:"existing"`
+	Job       queue.JobRow `json:"job"`
+	Existing  bool         `json:"existing"`
+	Debounced bool         `json:"debounced"`
 }
 
 func (b *testBundle) enqueue(t *testing.T, args ...string) queue.JobRow {
@@ -52,6 +54,26 @@ func TestEnqueue(t *testing.T) {
 		t.Errorf("human output %q", out)
 	}
 	b.enqueue(t, "my.kind", "--allow-unknown-kind")
+
+	// A debounced enqueue waits for its window; the next one with the same key replaces
+	// its args while it has not started.
+	d := b.enqueue(t, "noop", "--args", `{"rev": 1}`, "--debounce-key", "doc-7", "--debounce-window", "1h")
+	if d.State != queue.StateScheduled || time.Until(d.RunAt) < 50*time.Minute {
+		t.Fatalf("debounced job: %+v", d)
+	}
+	var repl enqueued
+	b.okJSON(t, &repl, "enqueue", "noop", "--args", `{"rev": 2}`, "--debounce-key", "doc-7", "--debounce-window", "2h")
+	var args struct{ Rev int }
+	if err := json.Unmarshal(repl.Job.EncodedArgs, &args); err != nil {
+		t.Fatal(err)
+	}
+	if !repl.Debounced || repl.Job.ID != d.ID || args.Rev != 2 ||
+		time.Until(repl.Job.RunAt) < 110*time.Minute {
+		t.Fatalf("second debounced enqueue: %+v (args %s); want job %d with rev 2, run in 2h", repl, repl.Job.EncodedArgs, d.ID)
+	}
+	if out := b.ok(t, "enqueue", "noop", "--debounce-key", "doc-7", "--debounce-window", "1h"); !strings.Contains(out, "had not started") {
+		t.Errorf("human output of a debounced enqueue %q", out)
+	}
 }
 
 func TestEnqueueErrors(t *testing.T) {
@@ -71,6 +93,9 @@ func TestEnqueueErrors(t *testing.T) {
 		{[]string{"noop", "--run-at", "tomorrow"}, "invalid --run-at"},
 		{[]string{"noop", "--priority", "101"}, "priority: 101 is outside"},
 		{[]string{"noop", "--queue", "bad queue"}, "queue"},
+		{[]string{"noop", "--debounce-key", "k"}, "--debounce-window: invalid debounce.window"},
+		{[]string{"noop", "--debounce-window", "1m"}, "--debounce-key: invalid debounce.key"},
+		{[]string{"noop", "--debounce-key", "k", "--debounce-window", "1m", "--unique-key", "u"}, "--debounce-key: invalid debounce: cannot be combined with a unique key"},
 		{[]string{}, "usage: fenceq enqueue KIND"},
 	} {
 		for _, url := range []string{b.db.URL, dead} {

@@ -51,12 +51,17 @@ func periodicCommand() *ucli.Command {
 					&ucli.StringFlag{Name: "missed", Value: string(queue.MissedSkip),
 						Usage: "slots due while every worker was down: skip (none) or once (one job, for the newest)"},
 					&ucli.BoolFlag{Name: "run-on-start", Usage: "also enqueue one job whenever workers start after every one was down"},
+					&ucli.BoolFlag{Name: "no-overlap", Usage: "skip a slot while a job of the schedule is unfinished (its previous run)"},
+					&ucli.StringFlag{Name: "unique-key", Usage: "give every job this unique key: a slot whose key is held enqueues nothing"},
+					&ucli.StringSliceFlag{Name: "tag", Usage: "label every job with `TAG` (repeat for several)"},
+					&ucli.StringFlag{Name: "metadata", Usage: "a JSON object every job carries; the job's periodic origin is added to it"},
 					&ucli.IntFlag{Name: "priority", Value: queue.DefaultPriority, Usage: "priority 0–100, lower runs first"},
 					&ucli.IntFlag{Name: "max-attempts", Value: queue.DefaultMaxAttempts, Usage: "attempts before a job is discarded"},
 					&ucli.BoolFlag{Name: "allow-unknown-kind", Usage: "accept a kind neither this binary nor a live worker knows"},
 				},
 				Action: periodicAdd,
 			},
+			nameCmd("show", "show one schedule: its definition, last, next and last skipped slots", periodicShow),
 			nameCmd("remove", "delete a schedule (one defined in code comes back at the next start of a worker defining it)",
 				periodicRemove),
 			nameCmd("pause", "enqueue nothing for a schedule until resumed (survives restarts)", periodicPause(true)),
@@ -92,7 +97,8 @@ func periodicError(name string, err error) error {
 
 // flagOf names the command-line flag of a schedule's field.
 var flagOf = map[string]string{"spec": "--schedule", "timezone": "--timezone", "kind": "--kind", "args": "--args",
-	"queue": "--queue", "missed": "--missed", "priority": "--priority", "max_attempts": "--max-attempts", "name": "NAME"}
+	"queue": "--queue", "missed": "--missed", "priority": "--priority", "max_attempts": "--max-attempts", "name": "NAME",
+	"unique_key": "--unique-key", "tags": "--tag", "metadata": "--metadata"}
 
 func periodicAdd(c *ucli.Context) error {
 	name, err := periodicName(c, "NAME --schedule WHEN --kind KIND [--args JSON] [flags]")
@@ -121,7 +127,9 @@ func periodicAdd(c *ucli.Context) error {
 	}
 	p := queue.PeriodicParams{Name: name, Spec: c.String("schedule"), Timezone: c.String("timezone"), Kind: kind,
 		Args: raw, Queue: c.String("queue"), Priority: new(c.Int("priority")), MaxAttempts: c.Int("max-attempts"),
-		Missed: queue.MissedPolicy(c.String("missed")), RunOnStart: c.Bool("run-on-start"), Source: queue.SourceCLI}
+		Missed: queue.MissedPolicy(c.String("missed")), RunOnStart: c.Bool("run-on-start"), Source: queue.SourceCLI,
+		NoOverlap: c.Bool("no-overlap"), UniqueKey: c.String("unique-key"), Tags: c.StringSlice("tag"),
+		Metadata: []byte(c.String("metadata"))}
 	if p.Queue == "" && known {
 		p.Queue = k.Queue
 	}
@@ -189,11 +197,61 @@ func periodicList(c *ucli.Context) error {
 			case p.Next != nil:
 				lag = fmtAge(p.Lag)
 			}
+			skipped := "-"
+			if p.NoOverlap {
+				skipped = fmtTime(p.LastSkippedSlot)
+			}
 			rows = append(rows, []string{p.Name, p.Spec, p.Timezone, p.Kind, p.Queue, string(p.Missed),
-				yesNo(p.Paused), string(p.Source), fmtTime(&p.UpdatedAt), fmtTime(p.LastEnqueuedSlot), fmtTime(p.Next), lag})
+				yesNo(p.Paused), string(p.Source), fmtTime(&p.UpdatedAt), fmtTime(p.LastEnqueuedSlot), fmtTime(p.Next), lag,
+				skipped})
 		}
 		return table(w, []string{"NAME", "SCHEDULE", "TIMEZONE", "KIND", "QUEUE", "MISSED", "PAUSED", "SOURCE",
-			"UPDATED", "LAST_SLOT", "NEXT_SLOT", "LAG"}, rows)
+			"UPDATED", "LAST_SLOT", "NEXT_SLOT", "LAG", "LAST_SKIPPED"}, rows)
+	})
+}
+
+func periodicShow(c *ucli.Context) error {
+	name, err := periodicName(c, "NAME")
+	if err != nil {
+		return err
+	}
+	pool, err := openSchema(c, 2)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	p, err := fenceq.GetPeriodic(c.Context, pool, name)
+	if err != nil {
+		return periodicError(name, err)
+	}
+	return output(c, p, func(w io.Writer) error {
+		lines := [][2]string{{"name", p.Name}, {"schedule", p.Spec}, {"timezone", p.Timezone}, {"kind", p.Kind},
+			{"args", string(p.EncodedArgs)}, {"queue", p.Queue}, {"priority", strconv.Itoa(p.Priority)},
+			{"max attempts", strconv.Itoa(p.MaxAttempts)}, {"missed", string(p.Missed)},
+			{"run on start", yesNo(p.RunOnStart)}, {"no overlap", yesNo(p.NoOverlap)}, {"paused", yesNo(p.Paused)},
+			{"source", string(p.Source)}, {"updated", fmtTime(&p.UpdatedAt)},
+			{"last slot", fmtTime(&p.LastSlot)}, {"last enqueued slot", fmtTime(p.LastEnqueuedSlot)},
+			{"next slot", fmtTime(p.Next)},
+			{"last skipped slot", fmtTime(p.LastSkippedSlot)},
+			{"skipped slots", strconv.FormatInt(p.SkippedSlots, 10)}}
+		if p.UniqueKey != nil {
+			lines = append(lines, [2]string{"unique key", *p.UniqueKey})
+		}
+		if len(p.Tags) > 0 {
+			lines = append(lines, [2]string{"tags", strings.Join(p.Tags, ", ")})
+		}
+		if m := string(p.Metadata); m != "" && m != "{}" {
+			lines = append(lines, [2]string{"metadata", m})
+		}
+		if p.Error != "" {
+			lines = append(lines, [2]string{"error", p.Error})
+		}
+		for _, l := range lines {
+			if _, err := fmt.Fprintf(w, "%-19s %s\n", l[0]+":", l[1]); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 }
 

@@ -242,3 +242,48 @@ func TestPeriodicInStats(t *testing.T) {
 		t.Fatalf("stats:\n%s", out)
 	}
 }
+
+// `periodic add` takes no-overlap, a unique key, tags and metadata; `periodic show` and
+// `periodic list` report them with the skipped slots.
+func TestPeriodicAddNoOverlapAndJobOptions(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var added struct {
+		periodicJSON
+		NoOverlap    bool            `json:"no_overlap"`
+		UniqueKey    *string         `json:"unique_key"`
+		Tags         []string        `json:"tags"`
+		Metadata     json.RawMessage `json:"metadata"`
+		SkippedSlots int64           `json:"skipped_slots"`
+	}
+	b.okJSON(t, &added, "periodic", "add", "sync", "--schedule", "@every 30s", "--kind", "noop", "--no-overlap",
+		"--unique-key", "sync-once", "--tag", "sync", "--tag", "nightly", "--metadata", `{"team": "data"}`)
+	if !added.NoOverlap || added.UniqueKey == nil || *added.UniqueKey != "sync-once" ||
+		strings.Join(added.Tags, ",") != "sync,nightly" || compactJSON(t, added.Metadata) != `{"team":"data"}` {
+		t.Fatalf("add --json: %+v", added)
+	}
+	out := b.ok(t, "periodic", "show", "sync")
+	for _, want := range []string{"no overlap:", "yes", "unique key:", "sync-once", "tags:", "sync, nightly",
+		"last skipped slot:", "skipped slots:", `"team": "data"`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("show lacks %q:\n%s", want, out)
+		}
+	}
+	if table := b.ok(t, "periodic", "list"); !strings.Contains(table, "LAST_SKIPPED") {
+		t.Errorf("list lacks LAST_SKIPPED:\n%s", table)
+	}
+	oneErrorLine(t, b.run(t, "periodic", "show", "nope"), `periodic schedule "nope" not found`)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--tag", "no spaces"}, "--tag: invalid tags"},
+		{[]string{"--metadata", "[1]"}, "--metadata: invalid metadata"},
+	} {
+		r := b.run(t, append([]string{"periodic", "add", "bad", "--schedule", "@hourly", "--kind", "noop"}, c.args...)...)
+		oneErrorLine(t, r, c.want)
+		if r.code != 2 {
+			t.Errorf("periodic add %v: exit %d, want 2", c.args, r.code)
+		}
+	}
+}

@@ -51,6 +51,7 @@ type Metrics struct {
 	outboxRetried      *prometheus.CounterVec
 	outboxFailed       *prometheus.CounterVec
 	periodicEnqueued   *prometheus.CounterVec
+	periodicSkipped    *prometheus.CounterVec
 	httpResponses      *prometheus.CounterVec
 }
 
@@ -147,6 +148,10 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		Name: "fenceq_periodic_enqueued_total",
 		Help: "Jobs this process's scheduling passes enqueued for periodic schedules, by schedule name.",
 	}, []string{"name"})
+	m.periodicSkipped = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fenceq_periodic_skipped_total",
+		Help: "Slots of periodic schedules this process's scheduling passes skipped because a job of the schedule was unfinished (no overlap), by schedule name.",
+	}, []string{"name"})
 	m.httpResponses = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "fenceq_http_responses_total",
 		Help: "Responses of the endpoints that run HTTP kinds (fenceqhttp), by kind and status class " +
@@ -155,7 +160,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	if err := registerAll(reg, m.jobsClaimed, m.jobsFinished, m.jobDuration, m.leaseRevocations,
 		m.staleWrites, m.expiredHolderAlive, m.leasesLost, m.heartbeatFailures, m.idemReplays,
 		m.idemConflicts, m.outboxDelivered, m.outboxRetried, m.outboxFailed, m.periodicEnqueued,
-		m.httpResponses); err != nil {
+		m.periodicSkipped, m.httpResponses); err != nil {
 		return nil, fmt.Errorf("fenceqprom: new metrics: %w", err)
 	}
 	for _, op := range staleWriteOps {
@@ -237,6 +242,11 @@ func (m *Metrics) HeartbeatFailed(context.Context, error) { m.heartbeatFailures.
 // PeriodicEnqueued implements fenceq.PeriodicEnqueuedHook.
 func (m *Metrics) PeriodicEnqueued(_ context.Context, name string, n int) {
 	m.periodicEnqueued.WithLabelValues(name).Add(float64(n))
+}
+
+// PeriodicSkipped implements fenceq.PeriodicSkippedHook.
+func (m *Metrics) PeriodicSkipped(_ context.Context, name string, n int) {
+	m.periodicSkipped.WithLabelValues(name).Add(float64(n))
 }
 
 // Outbox returns the counters of the outbox relay, for outbox.RelayConfig.Metrics:

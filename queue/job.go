@@ -94,7 +94,36 @@ type InsertResult struct {
 	// Existing is true when the job's unique key is held by another job (then Job is
 	// that job) and no row was inserted.
 	Existing bool
+	// Debounced is true when the enqueue carried a debounce key (DebounceOpts) and a job
+	// of the same kind and key that had not started yet took its args and options
+	// instead of a new row: Job is that job, with its id, and its run_at is the end of
+	// the new window.
+	Debounced bool
 }
+
+// DebounceOpts makes an enqueue replace a waiting job instead of adding one: while a
+// job of the same kind with the same Key has not started (it is scheduled or
+// available and was never claimed), the enqueue gives that job its args, queue,
+// priority, max attempts, tags and metadata and moves its run_at to the database's
+// now() plus Window, so that only the latest of a burst of enqueues runs, once the
+// burst has been quiet for Window. A job that has started is never changed: the enqueue
+// inserts a new job, which waits for its own window. The zero value adds nothing.
+//
+// The database decides, race-free: the key is a partial unique index over the jobs that
+// have not started, and the enqueue is one INSERT … ON CONFLICT … DO UPDATE on it. A
+// debounced job always waits for its window, so RunAt and RunIn cannot be combined with
+// it, and neither can a unique key (UniqueKey, UniqueOpts); a batch (EnqueueMany)
+// refuses it.
+type DebounceOpts struct {
+	// Key names the burst, among the jobs of one kind: at most 255 bytes of printable
+	// UTF-8.
+	Key string
+	// Window is how long the job waits after the latest enqueue: more than 0.
+	Window time.Duration
+}
+
+// IsZero reports whether d adds nothing.
+func (d DebounceOpts) IsZero() bool { return d.Key == "" && d.Window == 0 }
 
 // UniqueOpts makes a job unique by more than one explicit key: by its args, by period,
 // by queue, and in a chosen set of states. The zero value adds nothing.

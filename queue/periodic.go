@@ -64,6 +64,21 @@ type PeriodicParams struct {
 	Missed      MissedPolicy
 	RunOnStart  bool
 	Source      PeriodicSource
+	// NoOverlap skips a slot (decides it without enqueueing) while a job of the
+	// schedule is unfinished: any job whose metadata names the schedule ({"periodic":
+	// {"name": …}}), whether a slot, a trigger or a run on start enqueued it.
+	NoOverlap bool
+	// UniqueKey and Unique make every job of the schedule unique, as InsertOpts'
+	// fields of those names do for an enqueue: the key is computed once, from the
+	// schedule's kind, args and queue, and a period's start is added at each insert. A
+	// slot whose job finds its key held enqueues nothing.
+	UniqueKey string
+	Unique    UniqueOpts
+	// Tags label every job of the schedule.
+	Tags []string
+	// Metadata is a JSON object every job of the schedule carries; the origin of the
+	// job ({"periodic": {...}}) is added to it, and replaces a "periodic" key of its own.
+	Metadata []byte
 }
 
 // Normalize applies the defaults and checks every field but the spec's syntax and the
@@ -112,7 +127,15 @@ func (p *PeriodicParams) Normalize() error {
 	if !p.Source.Valid() {
 		return invalid("source", "%q is not a source (want %s)", StorableText(string(p.Source), 40), joinWords(periodicSources[:]))
 	}
-	return nil
+	tags, err := ValidateTags(p.Tags)
+	if err != nil {
+		return err
+	}
+	p.Tags = tags
+	if len(p.Metadata) == 0 {
+		p.Metadata = []byte("{}")
+	}
+	return ValidateMetadata(p.Metadata)
 }
 
 func joinWords[T ~string](vs []T) string {
@@ -143,8 +166,24 @@ type PeriodicRow struct {
 	// LastEnqueuedSlot is the newest slot a job was enqueued for; nil when none was.
 	LastEnqueuedSlot *time.Time     `json:"last_enqueued_slot"`
 	Source           PeriodicSource `json:"source"`
-	CreatedAt        time.Time      `json:"created_at"`
-	UpdatedAt        time.Time      `json:"updated_at"`
+	// NoOverlap: slots due while a job of the schedule is unfinished are skipped.
+	NoOverlap bool `json:"no_overlap"`
+	// LastSkippedSlot is the newest slot skipped because a job of the schedule was
+	// unfinished; nil when none was. SkippedSlots counts them.
+	LastSkippedSlot *time.Time `json:"last_skipped_slot"`
+	SkippedSlots    int64      `json:"skipped_slots"`
+	// UniqueKey is the fixed part of the unique key every job of the schedule gets (nil
+	// for none); UniqueStates are the states in which it holds it and UniquePeriod the
+	// period whose start is added at each insert (0 for none).
+	UniqueKey    *string       `json:"unique_key,omitempty"`
+	UniqueStates []State       `json:"unique_states,omitempty"`
+	UniquePeriod time.Duration `json:"unique_period,omitempty"`
+	// Tags and Metadata every job of the schedule gets (its origin is added to the
+	// metadata).
+	Tags      []string        `json:"tags,omitempty"`
+	Metadata  json.RawMessage `json:"metadata"`
+	CreatedAt time.Time       `json:"created_at"`
+	UpdatedAt time.Time       `json:"updated_at"`
 	// ReadAt is the database's now() when the row was read.
 	ReadAt time.Time `json:"read_at"`
 }

@@ -96,7 +96,8 @@ SELECT * FROM hot UNION ALL SELECT * FROM hist`
 var (
 	sqlRetryHot = `
     UPDATE fenceq_jobs_hot SET state = ` + sqlAvailable + `, run_at = now(), finished_at = NULL,
-        max_attempts = GREATEST(max_attempts, attempt + 1)
+        max_attempts = GREATEST(max_attempts, attempt + 1),
+        debounce_key = CASE WHEN state IN ` + sqlFinal + ` THEN NULL ELSE debounce_key END
     WHERE id = $1 AND (state IN ` + sqlDue + ` OR state IN ` + sqlFinal + `)
     RETURNING ` + jobColumns
 	sqlRetryHistory = `
@@ -105,8 +106,11 @@ SELECT * FROM hist`
 )
 
 // retrySet are the new values of a job that RetryJob or RequeueJob takes out of history.
+// A finished job brought back is no longer debounced: a newer job may wait under its
+// debounce key, and a job that never started would collide with it in the debounce index.
 var retrySet = [][2]string{{"state", sqlAvailable}, {"run_at", "now()"}, {"finished_at", "NULL"},
-	{"leased_by", "NULL"}, {"lease_expires_at", "NULL"}, {"max_attempts", "GREATEST(max_attempts, attempt + 1)"}}
+	{"leased_by", "NULL"}, {"lease_expires_at", "NULL"}, {"max_attempts", "GREATEST(max_attempts, attempt + 1)"},
+	{"debounce_key", "NULL"}}
 
 // sqlCancelJob cancels a job that is not finished. A running job's lease is revoked in
 // the same statement (generation bumped), so its holder can write nothing afterwards.
@@ -135,7 +139,8 @@ upd AS (
     UPDATE fenceq_jobs_hot j SET state = ` + sqlAvailable + `, run_at = now(), finished_at = NULL,
         leased_by = NULL, lease_expires_at = NULL,
         max_attempts = GREATEST(j.max_attempts, j.attempt + 1),
-        lease_gen = CASE WHEN c.cstate = ` + sqlRunning + ` THEN j.lease_gen + 1 ELSE j.lease_gen END
+        lease_gen = CASE WHEN c.cstate = ` + sqlRunning + ` THEN j.lease_gen + 1 ELSE j.lease_gen END,
+        debounce_key = CASE WHEN c.cstate IN ` + sqlFinal + ` THEN NULL ELSE j.debounce_key END
     FROM cur c WHERE j.id = c.cid AND j.lease_gen = c.cgen
     RETURNING ` + jobColumns + `),
 ev AS (

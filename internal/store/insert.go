@@ -44,6 +44,9 @@ type InsertParams struct {
 	// FlowKey puts the job under a flow limit: the limit's name, ":", the partition
 	// (queue.FlowOpts.Key). The limit must be set.
 	FlowKey string
+	// Debounce, when its key is set, makes the insert replace the waiting job of the same
+	// kind and key (see queue.DebounceOpts): the job runs Window after the database's now().
+	Debounce queue.DebounceOpts
 
 	unique uniqueness // derived by normalize
 }
@@ -99,7 +102,35 @@ func (p *InsertParams) normalize() error {
 		return err
 	}
 	p.Tags = tags
-	return p.normalizeUnique()
+	if err := p.normalizeUnique(); err != nil {
+		return err
+	}
+	return p.normalizeDebounce()
+}
+
+// normalizeDebounce checks p's debounce options: a key and a positive window together,
+// and neither a unique key nor a run time beside them (the window decides run_at).
+func (p *InsertParams) normalizeDebounce() error {
+	d := p.Debounce
+	if d.IsZero() {
+		return nil
+	}
+	if d.Key == "" {
+		return invalid("debounce.key", "must not be empty (a window of %s was given without a key)", d.Window)
+	}
+	if err := queue.ValidateUniqueKey("debounce.key", d.Key); err != nil {
+		return err
+	}
+	if d.Window <= 0 {
+		return invalid("debounce.window", "%s: want more than 0 (the job waits this long after the latest enqueue)", d.Window)
+	}
+	if p.unique.key != "" {
+		return invalid("debounce", "cannot be combined with a unique key (unique_key or unique): a debounced job replaces the waiting one instead")
+	}
+	if !p.RunAt.IsZero() || p.RunIn != 0 {
+		return invalid("debounce", "cannot be combined with run_at or run_in: the job runs debounce.window after the latest enqueue")
+	}
+	return nil
 }
 
 // ValidateInsert checks p as Insert would, without touching the database, so that a
@@ -137,6 +168,9 @@ func nullString(s string) *string {
 func Insert(ctx context.Context, db queue.DBTX, p InsertParams) (*queue.InsertResult, error) {
 	if err := p.normalize(); err != nil {
 		return nil, err
+	}
+	if p.Debounce.Key != "" {
+		return insertDebounced(ctx, db, p)
 	}
 	var res *queue.InsertResult
 	err := withConn(ctx, db, func(db queue.DBTX) error {
@@ -181,6 +215,22 @@ func insert(ctx context.Context, db queue.DBTX, p InsertParams) (*queue.InsertRe
 	return nil, fmt.Errorf("insert %s job with unique key %q: kept racing with the job holding it", p.Kind, u.key)
 }
 
+// insertDebounced inserts a debounced job (p normalized, its debounce key set), or gives
+// its args and options to the waiting job of the same kind and key: one INSERT … ON
+// CONFLICT … DO UPDATE on fenceq_jobs_hot_debounce_idx, which holds only the jobs that
+// have not started. A claim that takes the waiting job first moves it out of that index,
+// and the insert then adds a new job. The job is always scheduled (its run_at is the
+// end of the window), so no queue is notified.
+func insertDebounced(ctx context.Context, db queue.DBTX, p InsertParams) (*queue.InsertResult, error) {
+	var debounced bool
+	j, err := scanJobWith(db.QueryRow(ctx, sqlInsertDebounced, p.Queue, p.Kind, p.Args, *p.Priority,
+		micros(p.Debounce.Window), p.MaxAttempts, p.Metadata, p.tagsParam(), p.Debounce.Key), &debounced)
+	if err != nil {
+		return nil, fmt.Errorf("insert %s job with debounce key %q into queue %q: %w", p.Kind, p.Debounce.Key, p.Queue, err)
+	}
+	return &queue.InsertResult{Job: j, Debounced: debounced}, nil
+}
+
 // InsertMany enqueues many jobs with COPY and returns how many rows were inserted. Jobs
 // whose unique key is held by another job (or by an earlier job of the same batch) are
 // skipped. Every job is validated before anything is sent; one invalid job fails the
@@ -190,6 +240,10 @@ func InsertMany(ctx context.Context, db queue.Beginner, ps []InsertParams) (int6
 	for i := range ps {
 		if err := ps[i].normalize(); err != nil {
 			return 0, fmt.Errorf("job %d of %d: %w", i+1, len(ps), err)
+		}
+		if ps[i].Debounce.Key != "" {
+			return 0, fmt.Errorf("job %d of %d: %w", i+1, len(ps), invalid("debounce",
+				"not supported in a batch: enqueue a debounced job on its own (Enqueue)"))
 		}
 		if ps[i].unique.key != "" || ps[i].runAt() != nil || ps[i].RunIn > 0 || len(ps[i].Metadata) > 2 || len(ps[i].Tags) > 0 ||
 			ps[i].FlowKey != "" {

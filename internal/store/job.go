@@ -38,14 +38,17 @@ const jobColumns = `id, queue, kind, args, state, priority, run_at, attempt, max
 	lease_gen, leased_by, heartbeat_at, lease_expires_at, attempted_at, unique_key, errors,
 	created_at, finished_at, metadata, output, unique_states, NULLIF(tags, '{}'::text[]), flow_key`
 
-func scanJob(row pgx.Row) (*queue.JobRow, error) {
+func scanJob(row pgx.Row) (*queue.JobRow, error) { return scanJobWith(row) }
+
+// scanJobWith scans jobColumns followed by the columns extra stands for.
+func scanJobWith(row pgx.Row, extra ...any) (*queue.JobRow, error) {
 	var j queue.JobRow
 	var state string
 	var args, errs, meta, output []byte
 	var mask *int16
-	err := row.Scan(&j.ID, &j.Queue, &j.Kind, &args, &state, &j.Priority, &j.RunAt, &j.Attempt,
+	err := row.Scan(append([]any{&j.ID, &j.Queue, &j.Kind, &args, &state, &j.Priority, &j.RunAt, &j.Attempt,
 		&j.MaxAttempts, &j.LeaseGen, &j.LeasedBy, &j.HeartbeatAt, &j.LeaseExpiresAt, &j.AttemptedAt,
-		&j.UniqueKey, &errs, &j.CreatedAt, &j.FinishedAt, &meta, &output, &mask, &j.Tags, &j.FlowKey)
+		&j.UniqueKey, &errs, &j.CreatedAt, &j.FinishedAt, &meta, &output, &mask, &j.Tags, &j.FlowKey}, extra...)...)
 	if err != nil {
 		return nil, err
 	}

@@ -29,6 +29,25 @@ VALUES ($1, $2, $3, $4, ` + insertRunAt + `, $6, ` + uniqueKeySQL("$7::text", "$
 ON CONFLICT (unique_key) WHERE ` + uniqueHeld + ` DO NOTHING
 RETURNING ` + jobColumns
 
+// sqlInsertDebounced inserts a debounced job, or replaces the args and options of the
+// job of the same kind and debounce key that has not started: $5 the window (µs), $9
+// the key. The conflict target spells the predicate of fenceq_jobs_hot_debounce_idx
+// exactly. The job is scheduled at the end of the window either way; created_at and the
+// id stay. xmax is 0 on a row this statement inserted and set on one it updated.
+var sqlInsertDebounced = `
+INSERT INTO fenceq_jobs_hot AS j (queue, kind, args, priority, run_at, max_attempts, state, metadata, tags,
+    debounce_key)
+VALUES ($1, $2, $3, $4, now() + $5::bigint * interval '1 microsecond', $6, ` + sqlScheduled + `, $7, $8, $9)
+ON CONFLICT (kind, debounce_key) WHERE ` + debounceWaiting + `
+DO UPDATE SET queue = EXCLUDED.queue, args = EXCLUDED.args, priority = EXCLUDED.priority,
+    run_at = EXCLUDED.run_at, max_attempts = EXCLUDED.max_attempts, state = EXCLUDED.state,
+    metadata = EXCLUDED.metadata, tags = EXCLUDED.tags
+RETURNING ` + jobColumns + `, j.xmax::text <> '0'`
+
+// debounceWaiting is the predicate of fenceq_jobs_hot_debounce_idx: a job with a debounce
+// key that was never claimed (lease_gen grows at every claim and never shrinks) and waits.
+var debounceWaiting = `debounce_key IS NOT NULL AND lease_gen = 0 AND state IN (` + sqlAvailable + `, ` + sqlScheduled + `)`
+
 // insertRunAt is the run_at of sqlInsertJob: $5 an absolute time, else now() plus $8 µs.
 const insertRunAt = `COALESCE($5::timestamptz, now() + $8::bigint * interval '1 microsecond')`
 

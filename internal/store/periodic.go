@@ -13,17 +13,53 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-func periodicArgs(p *queue.PeriodicParams) []any {
+// periodicArgs are the parameters of sqlUpsertPeriodic and sqlInsertPeriodic for p
+// (normalized): its definition, and the unique key, tags and metadata its jobs get,
+// checked and derived as an enqueue of its kind, args and queue would.
+func periodicArgs(p *queue.PeriodicParams) ([]any, error) {
+	ip := InsertParams{Queue: p.Queue, Kind: p.Kind, Args: p.Args, Priority: p.Priority, MaxAttempts: p.MaxAttempts,
+		UniqueKey: p.UniqueKey, Unique: p.Unique, Tags: p.Tags, Metadata: p.Metadata}
+	if err := ip.normalize(); err != nil {
+		return nil, err
+	}
 	return []any{p.Name, p.Spec, p.Timezone, p.Kind, p.Args, p.Queue, *p.Priority, p.MaxAttempts,
-		string(p.Missed), p.RunOnStart, string(p.Source)}
+		string(p.Missed), p.RunOnStart, string(p.Source), p.NoOverlap, ip.unique.keyParam(), ip.unique.maskParam(),
+		ip.unique.periodUS, ip.tagsParam(), ip.Metadata}, nil
+}
+
+// PeriodicJobOptions returns the unique key (its fixed part; nil for none), the states
+// in which it is held, its period, the tags and the metadata that the jobs of p
+// (normalized) get, as its row stores them.
+func PeriodicJobOptions(p queue.PeriodicParams) (key *string, states []queue.State, period time.Duration,
+	tags []string, meta []byte, err error) {
+	ip := InsertParams{Queue: p.Queue, Kind: p.Kind, Args: p.Args, Priority: p.Priority, MaxAttempts: p.MaxAttempts,
+		UniqueKey: p.UniqueKey, Unique: p.Unique, Tags: p.Tags, Metadata: p.Metadata}
+	if err := ip.normalize(); err != nil {
+		return nil, nil, 0, nil, nil, err
+	}
+	if ip.unique.key != "" {
+		states = ip.unique.mask.States()
+	}
+	return ip.unique.keyParam(), states, time.Duration(ip.unique.periodUS) * time.Microsecond, ip.Tags, ip.Metadata, nil
+}
+
+// ValidatePeriodicJobs checks the options the jobs of p (normalized) get, as an enqueue
+// of its kind, args and queue would: its unique key and options, tags and metadata.
+// Errors match ErrInvalid and name the field.
+func ValidatePeriodicJobs(p queue.PeriodicParams) error {
+	_, err := periodicArgs(&p)
+	return err
 }
 
 func scanPeriodic(row pgx.Row, readAt bool) (*queue.PeriodicRow, error) {
 	var r queue.PeriodicRow
 	var prio int16
 	var missed, source string
+	var mask *int16
+	var periodUS int64
 	dest := []any{&r.Name, &r.Spec, &r.Timezone, &r.Kind, &r.EncodedArgs, &r.Queue, &prio, &r.MaxAttempts,
-		&missed, &r.RunOnStart, &r.Paused, &r.LastSlot, &r.LastEnqueuedSlot, &source, &r.CreatedAt, &r.UpdatedAt}
+		&missed, &r.RunOnStart, &r.Paused, &r.LastSlot, &r.LastEnqueuedSlot, &source, &r.CreatedAt, &r.UpdatedAt,
+		&r.NoOverlap, &r.LastSkippedSlot, &r.SkippedSlots, &r.UniqueKey, &mask, &periodUS, &r.Tags, &r.Metadata}
 	if readAt {
 		dest = append(dest, &r.ReadAt)
 	}
@@ -31,6 +67,10 @@ func scanPeriodic(row pgx.Row, readAt bool) (*queue.PeriodicRow, error) {
 		return nil, err
 	}
 	r.Priority, r.Missed, r.Source = int(prio), queue.MissedPolicy(missed), queue.PeriodicSource(source)
+	if mask != nil {
+		r.UniqueStates = StateMask(*mask).States()
+	}
+	r.UniquePeriod = time.Duration(periodUS) * time.Microsecond
 	return &r, nil
 }
 
@@ -41,8 +81,13 @@ func scanPeriodic(row pgx.Row, readAt bool) (*queue.PeriodicRow, error) {
 // that instant fell due while that worker was running.
 func UpsertPeriodic(ctx context.Context, db queue.Beginner, ps []queue.PeriodicParams) (time.Time, error) {
 	ps = slices.Clone(ps)
+	args := make(map[string][]any, len(ps))
 	for i := range ps {
-		if err := ps[i].Normalize(); err != nil {
+		err := ps[i].Normalize()
+		if err == nil {
+			args[ps[i].Name], err = periodicArgs(&ps[i])
+		}
+		if err != nil {
 			return time.Time{}, fmt.Errorf("periodic schedule %q: %w", ps[i].Name, err)
 		}
 	}
@@ -61,7 +106,7 @@ func UpsertPeriodic(ctx context.Context, db queue.Beginner, ps []queue.PeriodicP
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
 	for i := range ps {
-		if _, err := tx.Exec(ctx, sqlUpsertPeriodic, periodicArgs(&ps[i])...); err != nil {
+		if _, err := tx.Exec(ctx, sqlUpsertPeriodic, args[ps[i].Name]...); err != nil {
 			return time.Time{}, fmt.Errorf("upsert periodic schedule %q: %w", ps[i].Name, err)
 		}
 	}
@@ -80,7 +125,11 @@ func InsertPeriodic(ctx context.Context, db queue.DBTX, p queue.PeriodicParams) 
 	if err := p.Normalize(); err != nil {
 		return nil, err
 	}
-	r, err := scanPeriodic(db.QueryRow(ctx, sqlInsertPeriodic, periodicArgs(&p)...), false)
+	args, err := periodicArgs(&p)
+	if err != nil {
+		return nil, err
+	}
+	r, err := scanPeriodic(db.QueryRow(ctx, sqlInsertPeriodic, args...), false)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("periodic schedule %q: %w", p.Name, queue.ErrExists)
 	}
@@ -149,6 +198,7 @@ func RemovePeriodic(ctx context.Context, db queue.DBTX, name string) (*queue.Per
 // next slot is enqueued as usual. ErrNotFound when no schedule has the name.
 func TriggerPeriodic(ctx context.Context, db queue.DBTX, name string) (*queue.JobRow, error) {
 	var j *queue.JobRow
+	var found bool
 	err := withConn(ctx, db, func(db queue.DBTX) error {
 		var err error
 		if j, err = scanJob(db.QueryRow(ctx, sqlTriggerPeriodic, name)); err != nil {
@@ -157,6 +207,10 @@ func TriggerPeriodic(ctx context.Context, db queue.DBTX, name string) (*queue.Jo
 		return notifyQueues(ctx, db, []string{j.Queue})
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
+		if err := db.QueryRow(ctx, `SELECT true FROM fenceq_periodic WHERE name = $1`, name).Scan(&found); err == nil {
+			return nil, fmt.Errorf("trigger periodic schedule %q: nothing enqueued, the unique key of its jobs is held by another job (%w)",
+				name, queue.ErrWrongState)
+		}
 		return nil, fmt.Errorf("periodic schedule %q: %w", name, queue.ErrNotFound)
 	}
 	if err != nil {
@@ -217,6 +271,8 @@ type DuePeriodic struct {
 	Missed     queue.MissedPolicy
 	RunOnStart bool
 	LastSlot   time.Time
+	// NoOverlap: the schedule skips slots while a job of it is unfinished.
+	NoOverlap bool
 }
 
 // ReadDuePeriodic returns, in a pass holding the clock row, the database's time and
@@ -231,16 +287,16 @@ func ReadDuePeriodic(ctx context.Context, tx pgx.Tx) (time.Time, []DuePeriodic, 
 	var out []DuePeriodic
 	for rows.Next() {
 		var name, spec, tz, missed *string
-		var ros *bool
+		var ros, noOverlap *bool
 		var last *time.Time
-		if err := rows.Scan(&now, &name, &spec, &tz, &missed, &ros, &last); err != nil {
+		if err := rows.Scan(&now, &name, &spec, &tz, &missed, &ros, &last, &noOverlap); err != nil {
 			return time.Time{}, nil, fmt.Errorf("read periodic schedules: %w", err)
 		}
 		if name == nil {
 			continue // no schedule: the row of the outer join carries only the time
 		}
 		out = append(out, DuePeriodic{Name: *name, Spec: *spec, Timezone: *tz, Missed: queue.MissedPolicy(*missed),
-			RunOnStart: *ros, LastSlot: *last})
+			RunOnStart: *ros, LastSlot: *last, NoOverlap: *noOverlap})
 	}
 	if err := rows.Err(); err != nil {
 		return time.Time{}, nil, fmt.Errorf("read periodic schedules: %w", err)
@@ -249,41 +305,78 @@ func ReadDuePeriodic(ctx context.Context, tx pgx.Tx) (time.Time, []DuePeriodic, 
 }
 
 // PeriodicEnqueue is what a pass decided for one schedule: last_slot moves from From
-// to To, and one job is inserted per element of Metadata (JSON objects, in order);
-// LastEnqueued is the newest slot among them (zero when none).
+// to To, and one job is inserted per element of Metadata (JSON objects, in order), for
+// the slot of the same index in Slots. NoOverlap is the schedule's as the pass read it:
+// the statement then enqueues the first slot only if no job of the schedule is
+// unfinished, and skips the rest.
 type PeriodicEnqueue struct {
 	Name, Spec, Timezone string
 	From, To             time.Time
 	Metadata             []string
-	LastEnqueued         time.Time
+	Slots                []time.Time
+	NoOverlap            bool
+}
+
+// PeriodicOutcome is what EnqueuePeriodic did.
+type PeriodicOutcome struct {
+	// Matched: the compare-and-set matched (nothing else happened otherwise).
+	Matched bool
+	// Inserted jobs; fewer than planned when a unique key was held or slots were skipped.
+	Inserted int64
+	// Skipped slots: planned, and decided without a job because a job of the schedule was
+	// unfinished (no overlap). SkippedSlot is the newest of them.
+	Skipped     int64
+	SkippedSlot time.Time
+	// Unfinished is the id of an unfinished job of the schedule that made it skip (0
+	// when it skipped only the slots after the one it enqueued).
+	Unfinished int64
 }
 
 // EnqueuePeriodic applies one schedule's decision in tx: a compare-and-set of last_slot
 // from From to To on the definition the slots were computed from (name, spec,
-// timezone, not paused), and only if it matched, the jobs. It reports whether it
-// matched and how many jobs it inserted. A schedule removed, paused, redefined or
-// advanced by someone else since it was read does not match, and nothing is inserted.
-func EnqueuePeriodic(ctx context.Context, tx pgx.Tx, e PeriodicEnqueue) (matched bool, inserted int64, err error) {
-	var last *time.Time
-	if !e.LastEnqueued.IsZero() {
-		last = &e.LastEnqueued
+// timezone, no_overlap, not paused), and only if it matched, the jobs. A schedule
+// removed, paused, redefined or advanced by someone else since it was read does not
+// match, and nothing is inserted.
+//
+// With NoOverlap, whether a job of the schedule is unfinished is read in the same
+// statement: if one is, every slot is skipped; otherwise the first is enqueued and the
+// rest are skipped (they would overlap it). Passes are serialized by the clock row, and
+// each statement reads the jobs committed before it, so a pass sees the job of the pass
+// before it; a job that finishes while the statement runs counts as unfinished, and its
+// slot is skipped.
+func EnqueuePeriodic(ctx context.Context, tx pgx.Tx, e PeriodicEnqueue) (PeriodicOutcome, error) {
+	var o PeriodicOutcome
+	if len(e.Slots) != len(e.Metadata) {
+		return o, fmt.Errorf("enqueue periodic schedule %q: %d slots for %d jobs", e.Name, len(e.Slots), len(e.Metadata))
 	}
-	metas := e.Metadata
+	metas, slots := e.Metadata, e.Slots
 	if metas == nil {
-		metas = []string{}
+		metas, slots = []string{}, []time.Time{}
 	}
 	var n int64
 	var q *string
-	if err := tx.QueryRow(ctx, sqlEnqueuePeriodic, e.Name, e.From, e.To, e.Spec, e.Timezone, metas, last).
-		Scan(&n, &inserted, &q); err != nil {
-		return false, 0, fmt.Errorf("enqueue periodic schedule %q: %w", e.Name, err)
+	var skippedSlot *time.Time
+	var busy *int64
+	if err := tx.QueryRow(ctx, sqlEnqueuePeriodic, e.Name, e.From, e.To, e.Spec, e.Timezone, metas, slots, e.NoOverlap).
+		Scan(&n, &o.Inserted, &q, &o.Skipped, &skippedSlot, &busy); err != nil {
+		return o, fmt.Errorf("enqueue periodic schedule %q: %w", e.Name, err)
 	}
-	if inserted > 0 && q != nil {
+	o.Matched = n == 1
+	if !o.Matched {
+		return PeriodicOutcome{}, nil
+	}
+	if skippedSlot != nil {
+		o.SkippedSlot = *skippedSlot
+	}
+	if busy != nil {
+		o.Unfinished = *busy
+	}
+	if o.Inserted > 0 && q != nil {
 		if err := notifyQueues(ctx, tx, []string{*q}); err != nil {
-			return false, 0, fmt.Errorf("enqueue periodic schedule %q: %w", e.Name, err)
+			return o, fmt.Errorf("enqueue periodic schedule %q: %w", e.Name, err)
 		}
 	}
-	return n == 1, inserted, nil
+	return o, nil
 }
 
 // EnqueueOnStart inserts the one job of a run-on-start schedule in tx, with metadata
