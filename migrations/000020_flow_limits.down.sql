@@ -24,7 +24,7 @@ CREATE TRIGGER fenceq_jobs_write INSTEAD OF INSERT OR UPDATE OR DELETE ON fenceq
 
 -- The triggers go with their function (a Citus coordinator refuses DROP TRIGGER on a
 -- distributed table, which has none of them).
-DROP FUNCTION fenceq_flow_release() CASCADE;
+DROP FUNCTION fenceq_flow_limit_release() CASCADE;
 
 DROP INDEX fenceq_jobs_hot_flow_seq_idx;
 DROP INDEX fenceq_jobs_hot_flow_idx;

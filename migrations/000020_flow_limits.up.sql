@@ -63,12 +63,12 @@ CREATE INDEX fenceq_jobs_hot_flow_idx ON fenceq_jobs_hot (queue, flow_key, prior
 CREATE INDEX fenceq_jobs_hot_flow_seq_idx ON fenceq_jobs_hot (flow_key, id)
     WHERE flow_key IS NOT NULL AND state IN ('available', 'scheduled', 'running', 'retryable', 'pending');
 
--- fenceq_flow_release: a flow job's lease ended (it left running, or its generation
+-- fenceq_flow_limit_release: a flow job's lease ended (it left running, or its generation
 -- moved on), or the job finished or left the hot set. It frees the lease's slot, and
 -- lets a sequence go on past the job that held it, unless that job was discarded under a
 -- limit that holds on discard. The jobs it touches are found by key; ordinary jobs never
 -- reach it (every trigger below has a WHEN clause on flow_key).
-CREATE FUNCTION fenceq_flow_release() RETURNS trigger LANGUAGE plpgsql AS $fn$
+CREATE FUNCTION fenceq_flow_limit_release() RETURNS trigger LANGUAGE plpgsql AS $fn$
 DECLARE
     old_running boolean := OLD.state = 'running' AND TG_TABLE_NAME = 'fenceq_jobs_hot'
         AND (TG_OP = 'DELETE' OR NEW.state <> 'running' OR NEW.lease_gen <> OLD.lease_gen);
@@ -108,20 +108,20 @@ BEGIN
             INTO distributed USING 'fenceq_jobs_hot'::regclass;
     END IF;
     IF NOT distributed THEN
-        CREATE TRIGGER fenceq_flow_release_update AFTER UPDATE ON fenceq_jobs_hot FOR EACH ROW
+        CREATE TRIGGER fenceq_flow_limit_release_update AFTER UPDATE ON fenceq_jobs_hot FOR EACH ROW
             WHEN (OLD.flow_key IS NOT NULL AND (
                 (OLD.state = 'running' AND (NEW.state <> 'running' OR NEW.lease_gen <> OLD.lease_gen))
                 OR (NEW.state IN ('completed', 'discarded', 'cancelled') AND NEW.state IS DISTINCT FROM OLD.state)))
-            EXECUTE FUNCTION fenceq_flow_release();
-        CREATE TRIGGER fenceq_flow_release_delete AFTER DELETE ON fenceq_jobs_hot FOR EACH ROW
+            EXECUTE FUNCTION fenceq_flow_limit_release();
+        CREATE TRIGGER fenceq_flow_limit_release_delete AFTER DELETE ON fenceq_jobs_hot FOR EACH ROW
             WHEN (OLD.flow_key IS NOT NULL)
-            EXECUTE FUNCTION fenceq_flow_release();
-        CREATE TRIGGER fenceq_flow_release_finish AFTER INSERT ON fenceq_jobs_history FOR EACH ROW
+            EXECUTE FUNCTION fenceq_flow_limit_release();
+        CREATE TRIGGER fenceq_flow_limit_release_finish AFTER INSERT ON fenceq_jobs_history FOR EACH ROW
             WHEN (NEW.flow_key IS NOT NULL)
-            EXECUTE FUNCTION fenceq_flow_release();
-        CREATE TRIGGER fenceq_flow_release_history_delete AFTER DELETE ON fenceq_jobs_history FOR EACH ROW
+            EXECUTE FUNCTION fenceq_flow_limit_release();
+        CREATE TRIGGER fenceq_flow_limit_release_history_delete AFTER DELETE ON fenceq_jobs_history FOR EACH ROW
             WHEN (OLD.flow_key IS NOT NULL)
-            EXECUTE FUNCTION fenceq_flow_release();
+            EXECUTE FUNCTION fenceq_flow_limit_release();
     END IF;
 END;
 $$;

@@ -79,7 +79,7 @@ func SetFlowLimit(ctx context.Context, db queue.DBTX, l queue.FlowLimit) error {
 	}
 	var ok bool
 	if err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger
-WHERE tgname = 'fenceq_flow_release_update' AND tgrelid = to_regclass('fenceq_jobs_hot'))`).Scan(&ok); err != nil {
+WHERE tgname = 'fenceq_flow_limit_release_update' AND tgrelid = to_regclass('fenceq_jobs_hot'))`).Scan(&ok); err != nil {
 		return fmt.Errorf("set flow limit %q: %w", l.Name, err)
 	}
 	if !ok {
