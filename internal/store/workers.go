@@ -68,8 +68,9 @@ func ListWorkers(ctx context.Context, db queue.DBTX) ([]queue.WorkerInfo, error)
 }
 
 // SchemaVersion is the core schema version whose tables this engine writes: the hot set
-// and history of migration 000014 and the pending state of 000015.
-const SchemaVersion = 15
+// and history of migration 000014, the pending state of 000015, and the flow tables and
+// triggers of 000016 (dependencies, workflows, batches, signals and waits).
+const SchemaVersion = 16
 
 // CheckSchema returns an error naming the step to take when the core schema on db's
 // search_path is older than SchemaVersion (or not installed, or left dirty by a failed
