@@ -18,7 +18,7 @@ import (
 func jobsCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:  "jobs",
-		Usage: "list, show, retry, cancel or requeue jobs",
+		Usage: "list, show, retry, cancel, requeue or signal jobs",
 		Subcommands: []*ucli.Command{
 			{
 				Name:  "list",
@@ -42,6 +42,10 @@ func jobsCommand() *ucli.Command {
 				Action: jobsAdmin("cancel", func(ctx context.Context, db queue.DBTX, id int64) (*queue.JobRow, error) {
 					return fenceq.CancelJob(ctx, db, id, "")
 				})},
+			{Name: "signal", Usage: "send the signal NAME to a job: it wakes the job's wait for it, once, or is kept " +
+				"for the job's next wait", ArgsUsage: "ID NAME",
+				Flags:  []ucli.Flag{&ucli.StringFlag{Name: "payload", Usage: "the signal's payload, JSON"}},
+				Action: jobsSignal},
 			{Name: "requeue", Usage: "force a job of any state back to available; a running job's lease is revoked " +
 				"(its generation bumped) so its holder can write nothing more", ArgsUsage: "ID",
 				Action: jobsAdmin("requeue", fenceq.RequeueJob)},
