@@ -494,6 +494,33 @@ BEGIN
 END;
 $fn$;
 
+-- fenceq_complete (migration 000014) named the columns it copied to history, and so
+-- would drop flow_hook: it now completes the job in place, fenced as before, and moves it
+-- with every column, so that the triggers above see the end of a job completed from SQL
+-- and columns added later are carried along. Its signature, grants and errors are
+-- unchanged; going down keeps this body, which is right for schema 15 too.
+CREATE OR REPLACE FUNCTION fenceq_complete(job_id bigint, lease_gen bigint, output jsonb DEFAULT NULL) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER AS $fn$
+BEGIN
+    IF output IS NOT NULL AND octet_length(output::text) > 262144 THEN
+        PERFORM fenceq_invalid('output', format('%s bytes, over the limit of 262144', octet_length(output::text)));
+    END IF;
+    UPDATE fenceq_jobs_hot j SET state = 'completed', finished_at = now(), lease_expires_at = NULL,
+        output = fenceq_complete.output
+    WHERE j.id = fenceq_complete.job_id AND j.lease_gen = fenceq_complete.lease_gen AND j.state = 'running';
+    IF NOT FOUND THEN
+        PERFORM fenceq_lease_lost('complete', job_id, lease_gen);
+    END IF;
+    -- A job that holds its unique key once completed stays in the hot set.
+    WITH d AS (
+        DELETE FROM fenceq_jobs_hot j
+        WHERE j.id = fenceq_complete.job_id AND j.state = 'completed'
+          AND NOT (j.unique_key IS NOT NULL AND fenceq_state_in_mask('completed', j.unique_states))
+        RETURNING j.*)
+    INSERT INTO fenceq_jobs_history SELECT * FROM d;
+END;
+$fn$;
+
 -- The functions for other languages (docs/other-languages.md), SECURITY DEFINER like
 -- those of migration 000013.
 
@@ -606,7 +633,8 @@ BEGIN
         'fenceq_flow_wait(bigint, bigint, text, timestamptz)',
         'fenceq_send_signal(bigint, text, jsonb)',
         'fenceq_wait(bigint, bigint, text, timestamptz)',
-        'fenceq_enqueue_workflow(text, jsonb)'
+        'fenceq_enqueue_workflow(text, jsonb)',
+        'fenceq_complete(bigint, bigint, jsonb)'
     ] LOOP
         EXECUTE format('ALTER FUNCTION %s SET search_path = %I, pg_temp', f, current_schema());
     END LOOP;
