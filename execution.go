@@ -258,6 +258,7 @@ func (e *execution) settle(err error, trace string, cause error) {
 	}
 
 	var snooze *snoozeError
+	var wait *waitError
 	var cancelE *cancelError
 	var discard *discardError
 	var panicE *PanicError
@@ -294,12 +295,20 @@ func (e *execution) settle(err error, trace string, cause error) {
 		return
 	}
 
+	if errors.As(err, &wait) && wait.bad != nil {
+		// An invalid wait request fails the attempt like any other error.
+		err = wait.bad
+	}
 	var outcome Outcome
 	werr := w.fencedWrite(context.Background(), e, "settle", func(ctx context.Context) error {
 		switch {
 		case errors.As(err, &snooze):
 			outcome = OutcomeSnoozed
 			return store.Snooze(ctx, w.pool, e.lease, snooze.d)
+		case errors.As(err, &wait):
+			outcome = OutcomeWaiting
+			_, werr := store.Wait(ctx, w.pool, e.lease, wait.p)
+			return werr
 		case errors.As(err, &cancelE):
 			outcome = OutcomeCancelled
 			return store.Cancel(ctx, w.pool, e.lease, err.Error())
@@ -327,6 +336,8 @@ func (e *execution) settle(err error, trace string, cause error) {
 	case werr != nil:
 		log().Error("could not record the job's outcome; the lease will expire and the job run again", "err", werr)
 		outcome, res = OutcomeUnknown, werr
+	case outcome == OutcomeWaiting:
+		log().Debug("job waits", "wait", err.Error())
 	case errors.As(err, &panicE):
 		log().Error("handler panicked", "panic", fmt.Sprint(panicE.Value), "outcome", outcome)
 	default:

@@ -18,6 +18,9 @@ const (
 	OutcomeDiscarded Outcome = "discarded"
 	OutcomeCancelled Outcome = "cancelled"
 	OutcomeSnoozed   Outcome = "snoozed"
+	// OutcomeWaiting: the handler returned WaitForSignal, Sleep or SleepUntil; the job
+	// waits, holding no lease, and the attempt does not count as a failure.
+	OutcomeWaiting   Outcome = "waiting"
 	OutcomeLeaseLost Outcome = "lease_lost"
 	OutcomeReleased  Outcome = "released"
 	OutcomeUnknown   Outcome = "unknown"

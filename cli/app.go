@@ -71,6 +71,7 @@ func New(opts Options) *ucli.App {
 		workerCommand(e),
 		withReportFlags(enqueueCommand(e)),
 		withReportFlags(jobsCommand()),
+		withReportFlags(workflowsCommand()),
 		withReportFlags(queuesCommand()),
 		withReportFlags(periodicCommand()),
 		withReportFlags(flowCommand()),

@@ -18,7 +18,7 @@ import (
 func jobsCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:  "jobs",
-		Usage: "list, show, retry, cancel, requeue or delete jobs, one by id or every one a filter matches",
+		Usage: "list, show, retry, cancel, requeue, delete or signal jobs, one by id or every one a filter matches",
 		Subcommands: []*ucli.Command{
 			{
 				Name:   "list",
@@ -37,6 +37,10 @@ func jobsCommand() *ucli.Command {
 			bulkCommand("requeue", "force a job of any state back to available; a running job's lease is revoked "+
 				"(its generation bumped) so its holder can write nothing more", fenceq.RequeueJob, fenceq.RequeueJobs),
 			bulkCommand("delete", "delete a job that is not running", fenceq.DeleteJob, fenceq.DeleteJobs),
+			{Name: "signal", Usage: "send the signal NAME to a job: it wakes the job's wait for it, once, or is kept " +
+				"for the job's next wait", ArgsUsage: "ID NAME",
+				Flags:  []ucli.Flag{&ucli.StringFlag{Name: "payload", Usage: "the signal's payload, JSON"}},
+				Action: jobsSignal},
 		},
 	}
 }

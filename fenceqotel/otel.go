@@ -219,7 +219,7 @@ func (t *Tracing) JobFinished(ctx context.Context, job *queue.JobRow, res fenceq
 	}
 	s.SetAttributes(AttrJobOutcome.String(string(res.Outcome)))
 	switch res.Outcome {
-	case fenceq.OutcomeCompleted, fenceq.OutcomeSnoozed, fenceq.OutcomeReleased:
+	case fenceq.OutcomeCompleted, fenceq.OutcomeSnoozed, fenceq.OutcomeReleased, fenceq.OutcomeWaiting:
 	default:
 		msg := string(res.Outcome)
 		if res.Err != nil {

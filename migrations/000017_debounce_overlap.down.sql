@@ -12,18 +12,18 @@ ALTER TABLE fenceq_periodic DROP COLUMN last_skipped_slot;
 ALTER TABLE fenceq_periodic DROP COLUMN no_overlap;
 DROP INDEX fenceq_jobs_hot_periodic_idx;
 
--- A view cannot drop a column: it is created again as migration 000014 defined it (its
+-- A view cannot drop a column: it is created again as migration 000016 left it (its
 -- trigger with it).
 DROP VIEW fenceq_jobs;
 CREATE VIEW fenceq_jobs AS
 SELECT id, queue, kind, args, state, priority, run_at, attempt, max_attempts, lease_gen, leased_by,
        heartbeat_at, lease_expires_at, attempted_at, unique_key, errors, created_at, finished_at,
-       metadata, output, unique_states, tags
+       metadata, output, unique_states, tags, flow_hook
 FROM fenceq_jobs_hot
 UNION ALL
 SELECT id, queue, kind, args, state, priority, run_at, attempt, max_attempts, lease_gen, leased_by,
        heartbeat_at, lease_expires_at, attempted_at, unique_key, errors, created_at, finished_at,
-       metadata, output, unique_states, tags
+       metadata, output, unique_states, tags, flow_hook
 FROM fenceq_jobs_history;
 CREATE TRIGGER fenceq_jobs_write INSTEAD OF INSERT OR UPDATE OR DELETE ON fenceq_jobs
     FOR EACH ROW EXECUTE FUNCTION fenceq_jobs_write();

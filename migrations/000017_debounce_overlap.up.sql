@@ -18,12 +18,12 @@ CREATE UNIQUE INDEX fenceq_jobs_hot_debounce_idx ON fenceq_jobs_hot (kind, debou
 CREATE OR REPLACE VIEW fenceq_jobs AS
 SELECT id, queue, kind, args, state, priority, run_at, attempt, max_attempts, lease_gen, leased_by,
        heartbeat_at, lease_expires_at, attempted_at, unique_key, errors, created_at, finished_at,
-       metadata, output, unique_states, tags, debounce_key
+       metadata, output, unique_states, tags, flow_hook, debounce_key
 FROM fenceq_jobs_hot
 UNION ALL
 SELECT id, queue, kind, args, state, priority, run_at, attempt, max_attempts, lease_gen, leased_by,
        heartbeat_at, lease_expires_at, attempted_at, unique_key, errors, created_at, finished_at,
-       metadata, output, unique_states, tags, debounce_key
+       metadata, output, unique_states, tags, flow_hook, debounce_key
 FROM fenceq_jobs_history;
 
 -- Periodic overlap: the jobs of a schedule that are not finished, found by the schedule's

@@ -12,12 +12,12 @@ DROP VIEW fenceq_jobs;
 CREATE VIEW fenceq_jobs AS
 SELECT id, queue, kind, args, state, priority, run_at, attempt, max_attempts, lease_gen, leased_by,
        heartbeat_at, lease_expires_at, attempted_at, unique_key, errors, created_at, finished_at,
-       metadata, output, unique_states, tags, debounce_key
+       metadata, output, unique_states, tags, flow_hook, debounce_key
 FROM fenceq_jobs_hot
 UNION ALL
 SELECT id, queue, kind, args, state, priority, run_at, attempt, max_attempts, lease_gen, leased_by,
        heartbeat_at, lease_expires_at, attempted_at, unique_key, errors, created_at, finished_at,
-       metadata, output, unique_states, tags, debounce_key
+       metadata, output, unique_states, tags, flow_hook, debounce_key
 FROM fenceq_jobs_history;
 CREATE TRIGGER fenceq_jobs_write INSTEAD OF INSERT OR UPDATE OR DELETE ON fenceq_jobs
     FOR EACH ROW EXECUTE FUNCTION fenceq_jobs_write();

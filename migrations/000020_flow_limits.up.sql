@@ -130,10 +130,10 @@ $$;
 CREATE OR REPLACE VIEW fenceq_jobs AS
 SELECT id, queue, kind, args, state, priority, run_at, attempt, max_attempts, lease_gen, leased_by,
        heartbeat_at, lease_expires_at, attempted_at, unique_key, errors, created_at, finished_at,
-       metadata, output, unique_states, tags, debounce_key, flow_key
+       metadata, output, unique_states, tags, flow_hook, debounce_key, flow_key
 FROM fenceq_jobs_hot
 UNION ALL
 SELECT id, queue, kind, args, state, priority, run_at, attempt, max_attempts, lease_gen, leased_by,
        heartbeat_at, lease_expires_at, attempted_at, unique_key, errors, created_at, finished_at,
-       metadata, output, unique_states, tags, debounce_key, flow_key
+       metadata, output, unique_states, tags, flow_hook, debounce_key, flow_key
 FROM fenceq_jobs_history;

@@ -22,7 +22,9 @@ const (
 // storedColumns are the columns of both tables, in their order.
 var storedColumns = []string{"id", "queue", "kind", "args", "state", "priority", "run_at", "attempt",
 	"max_attempts", "lease_gen", "leased_by", "heartbeat_at", "lease_expires_at", "attempted_at", "unique_key",
-	"errors", "created_at", "finished_at", "metadata", "output", "unique_states", "tags", "debounce_key", "flow_key"}
+	"errors", "created_at", "finished_at", "metadata", "output", "unique_states", "tags",
+	// Migration 000016: the job's end runs the flow triggers (dependents, batches, waits).
+	"flow_hook", "debounce_key", "flow_key"}
 
 // keepsKey is the SQL of whether a hot row (its columns unqualified) holds its unique key
 // in state, an SQL expression: such a row stays in the hot set, where the unique index

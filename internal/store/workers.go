@@ -68,8 +68,10 @@ func ListWorkers(ctx context.Context, db queue.DBTX) ([]queue.WorkerInfo, error)
 }
 
 // SchemaVersion is the core schema version whose tables this engine writes: the hot set
-// and history of migration 000014, the pending state of 000015, the debounce key and the
-// periodic columns of 000017, the job counters of 000019 and the flow limits of 000020.
+// and history of migration 000014, the pending state of 000015, the flow tables and
+// triggers of 000016 (dependencies, workflows, batches, signals and waits), the debounce
+// key and the periodic columns of 000017, the job counters of 000019 and the flow limits
+// of 000020.
 const SchemaVersion = 20
 
 // CheckSchema returns an error naming the step to take when the core schema on db's
