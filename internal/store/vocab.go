@@ -100,7 +100,6 @@ var (
 	sqlCompleted = sqlLit(queue.StateCompleted)
 	sqlDiscarded = sqlLit(queue.StateDiscarded)
 	sqlCancelled = sqlLit(queue.StateCancelled)
-	sqlPending   = sqlLit(queue.StatePending)
 
 	sqlEventRevoked       = sqlLit(queue.EventRevoked)
 	sqlEventStaleWrite    = sqlLit(queue.EventStaleWriteRejected)
