@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/fenceq/fenceq"
@@ -58,7 +59,7 @@ CREATE TABLE chaos_flow_log (
     state text NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp(), tx_at timestamptz NOT NULL DEFAULT now());
 CREATE FUNCTION chaos_flow_log() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
-    k text := COALESCE(OLD.flow_key, OLD.args ->> 'flow_key');
+    k text := COALESCE(OLD.flow_key, OLD.args ->> 'flow_key', '');
 BEGIN
     IF TG_OP = 'UPDATE' AND OLD.state = 'running'
        AND (NEW.state <> 'running' OR NEW.lease_gen <> OLD.lease_gen OR NEW.attempt <> OLD.attempt) THEN
@@ -71,10 +72,13 @@ BEGIN
        AND (OLD.state <> 'running' OR NEW.lease_gen <> OLD.lease_gen OR NEW.attempt <> OLD.attempt) THEN
         INSERT INTO chaos_flow_log (job_id, key, attempt, event, state) VALUES (NEW.id, k, NEW.attempt, 'start', 'running');
     END IF;
+    IF TG_OP = 'UPDATE' AND OLD.state = 'pending' AND NEW.state <> 'pending' THEN
+        INSERT INTO chaos_flow_log (job_id, key, attempt, event, state) VALUES (NEW.id, k, NEW.attempt, 'wake', NEW.state);
+    END IF;
     RETURN NULL;
 END $$;
 CREATE TRIGGER chaos_flow_log AFTER UPDATE OR DELETE ON fenceq_jobs_hot FOR EACH ROW
-    WHEN (OLD.flow_key IS NOT NULL OR OLD.args ? 'flow_key')
+    WHEN (OLD.flow_key IS NOT NULL OR OLD.args ? 'flow_key' OR OLD.flow_hook)
     EXECUTE FUNCTION chaos_flow_log();`
 
 // startFlow installs the lease history and, for a fenced run, sets the limits.
@@ -139,6 +143,73 @@ func (wl *Workload) flowWave(ctx context.Context, i int) error {
 			}
 		}
 	}
+	if wl.naive {
+		return nil // the naive baseline has no dependencies, batches or signals
+	}
+	return wl.flowGraphs(ctx, i)
+}
+
+// flowGraphs enqueues a wave's workflow (a fan-out and a fan-in of sleep tasks, one of
+// them held past the lease now and then), batch (sleep members and a noop callback) and
+// signal waits, and sends each wait its signal twice at once, as two racing senders.
+func (wl *Workload) flowGraphs(ctx context.Context, i int) error {
+	lease := wl.env.cfg.Lease
+	sleep := func(d time.Duration) diag.SleepArgs { return diag.SleepArgs{Duration: diag.Duration(d)} }
+	long := wl.rng.duration(lease / 4)
+	if i%2 == 0 {
+		long = lease + lease/2
+	}
+	wf := fenceq.NewWorkflow(fmt.Sprintf("chaos-%d", i)).
+		Add("a", sleep(wl.rng.duration(lease/4)), nil).
+		Add("b", sleep(long), &fenceq.TaskOpts{After: []string{"a"}}).
+		Add("c", sleep(wl.rng.duration(lease/4)), &fenceq.TaskOpts{After: []string{"a"}}).
+		Add("d", sleep(wl.rng.duration(lease/4)), &fenceq.TaskOpts{After: []string{"b", "c"}})
+	if err := wl.retry(ctx, "enqueue a workflow", func() error { _, err := wf.Enqueue(ctx, wl.pool); return err }); err != nil {
+		return err
+	}
+	b := fenceq.NewBatch(fmt.Sprintf("chaos-%d", i), diag.NoopArgs{}, nil)
+	for range 4 {
+		b.Add(sleep(wl.rng.duration(lease/2)), nil)
+	}
+	if err := wl.retry(ctx, "enqueue a batch", func() error { _, err := b.Enqueue(ctx, wl.pool); return err }); err != nil {
+		return err
+	}
+	var ids []int64
+	for range 2 {
+		var res *queue.InsertResult
+		if err := wl.retry(ctx, "enqueue a wait", func() error {
+			var err error
+			res, err = fenceq.Enqueue(ctx, wl.pool, diag.WaitArgs{Signal: "go"}, nil)
+			return err
+		}); err != nil {
+			return err
+		}
+		ids = append(ids, res.Job.ID)
+	}
+	wl.mu.Lock()
+	wl.stats.FlowJobs += 4 + 5 + len(ids)
+	wl.mu.Unlock()
+	// The signals go out a little later, most often while the jobs wait, from two
+	// senders at once; the settle waits for them as for the order storm.
+	wl.storms.Add(1)
+	go func() {
+		defer wl.storms.Done()
+		sleepCtx(wl.stormCtx, wl.rng.duration(lease))
+		for _, id := range ids {
+			var wg sync.WaitGroup
+			for range 2 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					_ = wl.retry(wl.stormCtx, "send a signal", func() error {
+						_, err := fenceq.SendSignal(wl.stormCtx, wl.pool, id, "go", map[string]int64{"job": id})
+						return err
+					})
+				}()
+			}
+			wg.Wait()
+		}
+	}()
 	return nil
 }
 
@@ -157,6 +228,23 @@ type FlowReport struct {
 	// than the rate allows; RateChecked the starts checked.
 	RateViolations int `json:"rate_violations"`
 	RateChecked    int `json:"rate_checked"`
+	// Graphs is set when the run had workflows, batches and signal waits (not the naive
+	// baseline's).
+	Graphs bool `json:"graphs"`
+	// DependencyViolations counts starts of a task before one of its dependencies had
+	// completed; DependencyChecked the starts of tasks with dependencies checked.
+	DependencyViolations int `json:"dependency_violations"`
+	DependencyChecked    int `json:"dependency_checked"`
+	// Batches: the batches enqueued, their callbacks that completed with the right
+	// counts, and the callbacks released (made available) more than once.
+	Batches         int `json:"batches"`
+	BatchCallbacks  int `json:"batch_callbacks"`
+	BatchDuplicates int `json:"batch_duplicates"`
+	// Waits: the jobs that waited for a signal, those that resumed with it and
+	// completed, and the wakes beyond one per wait.
+	Waits          int `json:"waits"`
+	WaitsResumed   int `json:"waits_resumed"`
+	WaitDuplicates int `json:"wait_duplicates"`
 }
 
 func (f *FlowReport) failures() []string {
@@ -179,6 +267,21 @@ func (f *FlowReport) failures() []string {
 			out = append(out, fmt.Sprintf("no %s start was checked", c.what))
 		}
 	}
+	if !f.Graphs {
+		return out
+	}
+	switch {
+	case f.DependencyViolations > 0:
+		out = append(out, fmt.Sprintf("%d dependency-order violations", f.DependencyViolations))
+	case f.DependencyChecked == 0:
+		out = append(out, "no start of a task with dependencies was checked")
+	}
+	if f.Batches == 0 || f.BatchCallbacks != f.Batches || f.BatchDuplicates > 0 {
+		out = append(out, fmt.Sprintf("batch callbacks %d of %d, duplicates %d", f.BatchCallbacks, f.Batches, f.BatchDuplicates))
+	}
+	if f.Waits == 0 || f.WaitsResumed != f.Waits || f.WaitDuplicates > 0 {
+		out = append(out, fmt.Sprintf("signal waits resumed %d of %d, duplicates %d", f.WaitsResumed, f.Waits, f.WaitDuplicates))
+	}
 	return out
 }
 
@@ -188,22 +291,24 @@ type flowEvent struct {
 	key     string
 	attempt int
 	start   bool
+	wake    bool // a pending job given its turn (not a lease event)
 	state   string
 	at      time.Time
 	txAt    time.Time
 }
 
 // checkFlow computes the flow report from the lease history and the jobs' final states.
-func checkFlow(ctx context.Context, db queue.DBTX) (*FlowReport, error) {
+func checkFlow(ctx context.Context, db queue.DBTX, graphs bool) (*FlowReport, error) {
 	rows, err := db.Query(ctx, `
-SELECT job_id, key, attempt, event = 'start', state, at, tx_at FROM chaos_flow_log ORDER BY at, event = 'start'`)
+SELECT job_id, key, attempt, event = 'start', event = 'wake', state, at, tx_at FROM chaos_flow_log
+ORDER BY at, event = 'start'`)
 	if err != nil {
 		return nil, fmt.Errorf("chaos: flow report: %w", err)
 	}
 	var events []flowEvent
 	for rows.Next() {
 		var e flowEvent
-		if err := rows.Scan(&e.job, &e.key, &e.attempt, &e.start, &e.state, &e.at, &e.txAt); err != nil {
+		if err := rows.Scan(&e.job, &e.key, &e.attempt, &e.start, &e.wake, &e.state, &e.at, &e.txAt); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("chaos: flow report: %w", err)
 		}
@@ -233,7 +338,127 @@ WHERE COALESCE(flow_key, args ->> 'flow_key') LIKE $1 ORDER BY id`, flowSeqLimit
 	if err := frows.Err(); err != nil {
 		return nil, fmt.Errorf("chaos: flow report: %w", err)
 	}
-	return judgeFlow(events, seq), nil
+	r := judgeFlow(events, seq)
+	if graphs {
+		if err := checkGraphs(ctx, db, events, r); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+// checkGraphs adds the workflow, batch and signal checks to r: every start of a task
+// after all its dependencies completed (their finished_at, the time of the transaction
+// that completed them); every batch's callback completed once, with the counts of its
+// members' final states, and woken once; every signal wait resumed with its signal,
+// woken once.
+func checkGraphs(ctx context.Context, db queue.DBTX, events []flowEvent, r *FlowReport) error {
+	r.Graphs = true
+	wakes := map[int64]int{}
+	starts := map[int64][]time.Time{}
+	for _, e := range events {
+		switch {
+		case e.wake:
+			wakes[e.job]++
+		case e.start:
+			starts[e.job] = append(starts[e.job], e.at)
+		}
+	}
+	rows, err := db.Query(ctx, `
+SELECT d.job_id, j.finished_at, j.state FROM fenceq_job_deps d JOIN fenceq_jobs j ON j.id = d.dep_id`)
+	if err != nil {
+		return fmt.Errorf("chaos: flow report: dependencies: %w", err)
+	}
+	type dep struct {
+		finished *time.Time
+		state    string
+	}
+	deps := map[int64][]dep{}
+	for rows.Next() {
+		var job int64
+		var d dep
+		if err := rows.Scan(&job, &d.finished, &d.state); err != nil {
+			rows.Close()
+			return fmt.Errorf("chaos: flow report: dependencies: %w", err)
+		}
+		deps[job] = append(deps[job], d)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("chaos: flow report: dependencies: %w", err)
+	}
+	batchCallback := map[int64]bool{}
+	brows, err := db.Query(ctx, `SELECT job_id FROM fenceq_flow_jobs WHERE dep_counts`)
+	if err != nil {
+		return fmt.Errorf("chaos: flow report: batches: %w", err)
+	}
+	for brows.Next() {
+		var id int64
+		if err := brows.Scan(&id); err != nil {
+			brows.Close()
+			return fmt.Errorf("chaos: flow report: batches: %w", err)
+		}
+		batchCallback[id] = true
+	}
+	if err := brows.Err(); err != nil {
+		return fmt.Errorf("chaos: flow report: batches: %w", err)
+	}
+	for job, ds := range deps {
+		if batchCallback[job] {
+			continue // a batch's callback tolerates its members' ends: counted below
+		}
+		for _, at := range starts[job] {
+			r.DependencyChecked++
+			for _, d := range ds {
+				if d.state != string(queue.StateCompleted) || d.finished == nil || !d.finished.Before(at) {
+					r.DependencyViolations++
+					break
+				}
+			}
+		}
+	}
+	// A batch's callback: completed, its counts those of its members' final states.
+	if err := db.QueryRow(ctx, `
+SELECT count(*),
+       count(*) FILTER (WHERE cb.state = 'completed' AND (cb.metadata -> 'batch' ->> 'completed')::int = m.completed
+                        AND (cb.metadata -> 'batch' ->> 'discarded')::int = m.discarded
+                        AND (cb.metadata -> 'batch' ->> 'cancelled')::int = m.cancelled)
+FROM fenceq_flow_jobs f JOIN fenceq_jobs cb ON cb.id = f.job_id
+CROSS JOIN LATERAL (
+    SELECT count(*) FILTER (WHERE j.state = 'completed') AS completed,
+           count(*) FILTER (WHERE j.state = 'discarded') AS discarded,
+           count(*) FILTER (WHERE j.state = 'cancelled') AS cancelled
+    FROM fenceq_job_deps d JOIN fenceq_jobs j ON j.id = d.dep_id WHERE d.job_id = f.job_id) m
+WHERE f.dep_counts`).Scan(&r.Batches, &r.BatchCallbacks); err != nil {
+		return fmt.Errorf("chaos: flow report: batch callbacks: %w", err)
+	}
+	for id := range batchCallback {
+		if wakes[id] > 1 {
+			r.BatchDuplicates += wakes[id] - 1
+		}
+	}
+	wrows, err := db.Query(ctx, `SELECT id, state = 'completed' AND output ? 'signal' FROM fenceq_jobs WHERE kind = $1`, diag.WaitKind)
+	if err != nil {
+		return fmt.Errorf("chaos: flow report: waits: %w", err)
+	}
+	for wrows.Next() {
+		var id int64
+		var resumed bool
+		if err := wrows.Scan(&id, &resumed); err != nil {
+			wrows.Close()
+			return fmt.Errorf("chaos: flow report: waits: %w", err)
+		}
+		r.Waits++
+		if resumed { // with its signal: woken from its wait, or finding it already sent
+			r.WaitsResumed++
+		}
+		if wakes[id] > 1 {
+			r.WaitDuplicates += wakes[id] - 1
+		}
+	}
+	if err := wrows.Err(); err != nil {
+		return fmt.Errorf("chaos: flow report: waits: %w", err)
+	}
+	return nil
 }
 
 // seqJob is a job of a sequence: its id and when it finished (nil: unfinished).
@@ -255,6 +480,9 @@ func judgeFlow(events []flowEvent, seq map[string][]seqJob) *FlowReport {
 	valid := map[string]map[lease]bool{}
 	starts := map[string][]flowEvent{}
 	for _, e := range events {
+		if e.wake || e.key == "" {
+			continue // not a job under a flow limit
+		}
 		limit := limitOfKey(e.key)
 		if valid[e.key] == nil {
 			valid[e.key] = map[lease]bool{}

@@ -71,6 +71,9 @@ func TestFlowWorkload(t *testing.T) {
 			if !naive {
 				requireFired(t, rep, FaultPause)
 				requirePass(t, rep)
+				if !f.Graphs || f.DependencyChecked == 0 || f.Batches == 0 || f.Waits == 0 {
+					t.Fatalf("flow report %+v: the workflows, batches and signal waits must have been checked", f)
+				}
 				if rep.Revocations == 0 {
 					t.Fatal("no lease was revoked: the pause did not test that a revoked lease frees its slot")
 				}

@@ -329,7 +329,7 @@ func collect(ctx context.Context, in collectInput) (*Report, error) {
 		return nil, fmt.Errorf("chaos: report: discarded jobs: %w", err)
 	}
 	if in.wl != nil && in.wl.cfg.Flow {
-		if r.Flow, err = checkFlow(ctx, db); err != nil {
+		if r.Flow, err = checkFlow(ctx, db, !e.cfg.Naive); err != nil {
 			return nil, err
 		}
 	}
@@ -532,6 +532,11 @@ func (r *Report) WriteText(w io.Writer) error {
 		p("flow: concurrency-limit violations %d (checked %d)", f.ConcurrencyViolations, f.ConcurrencyChecked)
 		p("flow: sequence-order violations %d (checked %d)", f.SequenceViolations, f.SequenceChecked)
 		p("flow: rate-limit violations %d (checked %d)", f.RateViolations, f.RateChecked)
+		if f.Graphs {
+			p("flow: dependency-order violations %d (checked %d)", f.DependencyViolations, f.DependencyChecked)
+			p("flow: batch callbacks %d of %d, duplicates %d", f.BatchCallbacks, f.Batches, f.BatchDuplicates)
+			p("flow: signal waits resumed %d of %d, duplicates %d", f.WaitsResumed, f.Waits, f.WaitDuplicates)
+		}
 	}
 	p("duplicates\t%d %s", r.Duplicates, formatCounts(r.DuplicateDetail))
 	p("lost\t%d %s", r.Lost, formatCounts(r.LostDetail))

@@ -46,6 +46,8 @@ func kinds() map[string]Kind {
 		diag.NoopKind: {Queue: queue.DefaultQueue, Description: "completes at once"},
 		diag.SleepKind: {Queue: queue.DefaultQueue, Description: `sleeps, e.g. {"duration": "5s"}`,
 			validate: diag.ValidateSleep},
+		diag.WaitKind: {Queue: queue.DefaultQueue, Description: `waits for a signal, e.g. {"signal": "go", "timeout": "1m"}`,
+			validate: diag.ValidateWait},
 		outbox.DeliverKind: {Queue: outbox.Queue, Description: "delivers one outbox row (email)",
 			validate: validateDeliver},
 		order.PlaceKind: {Queue: queue.DefaultQueue, Description: "places an order once per idempotency key",

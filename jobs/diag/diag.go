@@ -8,6 +8,7 @@ package diag
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 const (
 	NoopKind  = "noop"
 	SleepKind = "sleep"
+	WaitKind  = "wait"
 )
 
 // MaxSleep bounds a sleep job's duration.
@@ -63,6 +65,35 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// WaitArgs are the args of a wait job: {"signal": "go", "timeout": "1m"}. Its first
+// attempt waits for the signal (fenceq.WaitForSignal), holding no lease; woken, it
+// completes with output {"signal": <payload>} or, when the timeout ended the wait,
+// {"timed_out": true}. It lets an operator watch a wait and a signal end to end
+// (`fenceq jobs signal ID go`).
+type WaitArgs struct {
+	Signal string `json:"signal"`
+	// Timeout bounds the wait (0: none).
+	Timeout Duration `json:"timeout,omitempty"`
+}
+
+// Kind implements fenceq.JobArgs.
+func (WaitArgs) Kind() string { return WaitKind }
+
+// ValidateWait checks the args of a wait job before it is enqueued.
+func ValidateWait(raw []byte) error {
+	var a WaitArgs
+	if err := json.Unmarshal(raw, &a); err != nil {
+		return fmt.Errorf("wait args: %w", err)
+	}
+	if a.Signal == "" {
+		return fmt.Errorf("wait args: signal: empty; name the signal to wait for")
+	}
+	if d := time.Duration(a.Timeout); d < 0 || d > MaxSleep {
+		return fmt.Errorf("wait args: timeout %s must be between 0 and %s", d, MaxSleep)
+	}
+	return nil
+}
+
 // ValidateSleep checks the args of a sleep job before it is enqueued.
 func ValidateSleep(raw []byte) error {
 	var a SleepArgs
@@ -78,6 +109,18 @@ func ValidateSleep(raw []byte) error {
 // Register adds the noop and sleep handlers.
 func Register(hs *fenceq.Handlers) {
 	fenceq.AddHandler(hs, func(context.Context, *fenceq.Job[NoopArgs]) error { return nil }, nil)
+	fenceq.AddHandler(hs, func(ctx context.Context, job *fenceq.Job[WaitArgs]) error {
+		var payload json.RawMessage
+		switch err := job.Signal(ctx, job.Args.Signal, &payload); {
+		case errors.Is(err, fenceq.ErrNoSignal):
+			return fenceq.WaitForSignal(job.Args.Signal, time.Duration(job.Args.Timeout))
+		case errors.Is(err, fenceq.ErrSignalTimeout):
+			return fenceq.RecordOutput(ctx, map[string]any{"timed_out": true})
+		case err != nil:
+			return err
+		}
+		return fenceq.RecordOutput(ctx, map[string]any{"signal": payload})
+	}, nil)
 	fenceq.AddHandler(hs, func(ctx context.Context, job *fenceq.Job[SleepArgs]) error {
 		d := time.Duration(job.Args.Duration)
 		if d < 0 || d > MaxSleep {
