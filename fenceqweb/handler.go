@@ -122,6 +122,7 @@ func sections() []section {
 		outboxSection(),
 		idempotencySection(),
 		periodicSection(),
+		workflowsSection(),
 	}
 }
 

@@ -20,6 +20,8 @@ type jobData struct {
 	Timeline *timeline
 	// The actions that apply to the job's state.
 	CanRetry, CanCancel, CanRequeue bool
+	// Workflow is the workflow or batch the job belongs to (0: none).
+	Workflow int64
 }
 
 // Running reports whether the job is leased now.
@@ -52,6 +54,9 @@ func (h *Handler) job(ctx context.Context, r *http.Request) (*page, error) {
 		CanRetry:   j.State.Final() || slices.Contains([]queue.State{queue.StateScheduled, queue.StateRetryable}, j.State),
 		CanCancel:  !j.State.Final(),
 		CanRequeue: j.State != queue.StateAvailable,
+	}
+	if d.Workflow, err = fenceq.WorkflowOfJob(ctx, h.cfg.DB, id); err != nil {
+		return nil, err
 	}
 	return &page{title: fmt.Sprintf("Job %d", id), template: "job", nav: "/jobs", data: d}, nil
 }
