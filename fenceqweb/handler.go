@@ -124,6 +124,7 @@ func sections() []section {
 		idempotencySection(),
 		periodicSection(),
 		flowSection(),
+		workflowsSection(),
 	}
 }
 

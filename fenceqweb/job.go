@@ -27,6 +27,8 @@ type jobData struct {
 	// limit was deleted since), FlowRunning its running count against the limit's.
 	Flow        *queue.FlowPartition
 	FlowRunning string
+	// Workflow is the workflow or batch the job belongs to (0: none).
+	Workflow int64
 }
 
 // jobAuditLimit bounds the audit records shown on a job's page.
@@ -71,6 +73,9 @@ func (h *Handler) job(ctx context.Context, r *http.Request) (*page, error) {
 		if d.Flow, d.FlowRunning, err = h.jobFlow(ctx, *j.FlowKey); err != nil {
 			return nil, err
 		}
+	}
+	if d.Workflow, err = fenceq.WorkflowOfJob(ctx, h.cfg.DB, id); err != nil {
+		return nil, err
 	}
 	return &page{title: fmt.Sprintf("Job %d", id), template: "job", nav: "/jobs", data: d}, nil
 }

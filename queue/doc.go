@@ -22,7 +22,9 @@
 //	running ──> scheduled (snoozed)
 //	retryable ──(run_at passes)──> available
 //	enqueue behind a dependency, a sequence or a limit ──> pending ──(its turn)──> available
-//	running ──> pending (waits for a signal or a timer, holding no lease)
+//	running ──> pending (waits for a signal, holding no lease) ──(the signal)──> available
+//	running ──> scheduled (waits for a timer, or for a signal with a timeout) ──(signal or deadline)──> available
+//	pending ──(a dependency discarded or cancelled)──> cancelled ──(its retry)──> pending
 //
 // completed, discarded and cancelled are final (FinalStates). An operator's RetryJob
 // makes a final, scheduled or retryable job available again; RequeueJob and CancelJob on

@@ -15,12 +15,14 @@
 -- DEFINER and do their work as the schema's owner, after checking their input and,
 -- for a worker's writes, the lease.
 
--- enqueue_role may enqueue jobs, and nothing else: it cannot read a job's args nor
--- complete a job.
+-- enqueue_role may enqueue jobs and workflows and send signals, and nothing else: it
+-- cannot read a job's args nor complete a job.
 CREATE ROLE :"enqueue_role" NOLOGIN;
 GRANT USAGE ON SCHEMA :"schema" TO :"enqueue_role";
 GRANT EXECUTE ON FUNCTION
-    :"schema".fenceq_enqueue(text, jsonb, text, timestamptz, int, text, int, text[], jsonb)
+    :"schema".fenceq_enqueue(text, jsonb, text, timestamptz, int, text, int, text[], jsonb),
+    :"schema".fenceq_enqueue_workflow(text, jsonb),
+    :"schema".fenceq_send_signal(bigint, text, jsonb)
     TO :"enqueue_role";
 
 -- worker_role is for workers written in other languages: it completes and heartbeats
@@ -34,5 +36,8 @@ GRANT EXECUTE ON FUNCTION
     :"schema".fenceq_complete(bigint, bigint, jsonb),
     :"schema".fenceq_heartbeat(bigint, bigint),
     :"schema".fenceq_record_stale(bigint, bigint, text, text),
-    :"schema".fenceq_outbox_add(text, jsonb, text, bigint, int)
+    :"schema".fenceq_outbox_add(text, jsonb, text, bigint, int),
+    :"schema".fenceq_enqueue_workflow(text, jsonb),
+    :"schema".fenceq_send_signal(bigint, text, jsonb),
+    :"schema".fenceq_wait(bigint, bigint, text, timestamptz)
     TO :"worker_role";
