@@ -8,9 +8,11 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 
 	"github.com/fenceq/fenceq"
@@ -243,5 +245,71 @@ func TestBrowserForeignHost(t *testing.T) {
 	// The dashboard under its own name still works in the same browser.
 	if err := chromedp.Do(ctx, chromedp.Navigate(b.url("/queues")), chromedp.WaitVisible(chromedp.CSS(`form[action$="queues/billing/pause"]`))); err != nil {
 		t.Fatalf("the dashboard under 127.0.0.1: %v", err)
+	}
+}
+
+// Failed logins from the browser are throttled: after LoginFailureLimit wrong tokens the
+// dashboard answers 429 with Retry-After, even to the right token, until the window
+// ends; then the right token signs in.
+func TestBrowserLoginThrottle(t *testing.T) {
+	t.Parallel()
+	const token = "a-long-enough-bearer-token"
+	b := setup(t, func(c *Config) { c.Auth = Auth{Token: token} })
+	clock := &fakeClock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+	b.h.throttle.now = clock.now
+	ctx := newBrowser(t)
+	setBearer := func(bearer string) {
+		t.Helper()
+		headers := network.Headers{}
+		if bearer != "" {
+			headers["Authorization"] = "Bearer " + bearer
+		}
+		if err := chromedp.Do(ctx, chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+			if _, err := cdp.Call(ctx, tg, network.Enable, network.EnableParams{}); err != nil {
+				return err
+			}
+			_, err := cdp.Call(ctx, tg, network.SetExtraHTTPHeaders, network.SetExtraHTTPHeadersParams{Headers: headers})
+			return err
+		})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A navigation with a token the dashboard refuses ends in Chromium's own error for
+	// credentials it cannot answer (the 401's challenge); a throttled one shows the 429
+	// page, with its Retry-After.
+	visit := func(bearer string) (int64, string) {
+		t.Helper()
+		setBearer(bearer)
+		res, err := chromedp.RunResponse(ctx, chromedp.Navigate(b.url("/queues")))
+		if err != nil && strings.Contains(err.Error(), "ERR_INVALID_AUTH_CREDENTIALS") {
+			return http.StatusUnauthorized, ""
+		}
+		if err != nil {
+			t.Fatalf("navigate: %v", err)
+		}
+		retry := ""
+		for k, v := range res.Headers {
+			if strings.EqualFold(k, "Retry-After") {
+				retry = fmt.Sprint(v)
+			}
+		}
+		return res.Status, retry
+	}
+	if st, _ := visit(token); st != http.StatusOK {
+		t.Fatalf("the right token: %d; want 200", st)
+	}
+	for i := range LoginFailureLimit {
+		if st, _ := visit(fmt.Sprintf("wrong-token-number-%d", i)); st != http.StatusUnauthorized {
+			t.Fatalf("wrong token %d: %d; want 401", i+1, st)
+		}
+	}
+	for _, bearer := range []string{"wrong-token-once-more", token} {
+		if st, retry := visit(bearer); st != http.StatusTooManyRequests || retry != "60" {
+			t.Fatalf("after %d failures: %d, Retry-After %q; want 429 and 60", LoginFailureLimit, st, retry)
+		}
+	}
+	clock.advance(time.Minute)
+	if st, _ := visit(token); st != http.StatusOK {
+		t.Fatalf("once the window ended, the right token: %d; want 200", st)
 	}
 }
