@@ -372,6 +372,19 @@ func PauseQueue(ctx context.Context, db queue.DBTX, name string) error {
 	})
 }
 
+// SetQueueLimit sets a queue's limit: at most max of its jobs running at once across
+// every worker process, whatever they were enqueued with (0 removes the limit). It
+// applies from the next claim: workers leave the queue out of their ordinary claims at
+// once, and claim from it under its lock from their next maintenance pass
+// (ReaperInterval) on; jobs already running above a lowered limit finish. The action is
+// audited, its detail the new limit.
+func SetQueueLimit(ctx context.Context, db queue.DBTX, name string, max int) error {
+	rec := &queue.AuditRecord{Action: queue.AuditSetQueueLimit, Names: []string{name}, Detail: fmt.Sprintf("max_running=%d", max)}
+	return audited(ctx, db, rec, func(db queue.DBTX) error {
+		return store.SetQueueLimit(ctx, db, name, max)
+	})
+}
+
 // ResumeQueue resumes a paused queue.
 func ResumeQueue(ctx context.Context, db queue.DBTX, name string) error {
 	return auditedName(ctx, db, queue.AuditResumeQueue, name, func(db queue.DBTX) error {

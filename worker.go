@@ -61,6 +61,10 @@ type Worker struct {
 	// flowIdleAt when a flow claim last found nothing (the next waits a PollInterval
 	// unless a wake-up comes first).
 	flowOn     atomic.Bool
+	// limited are this worker's queues that have a limit (fenceq_queues.max_running),
+	// as the maintenance pass last read them: claimed one by one under the queue's lock
+	// (store.ClaimInQueueLimit). Guarded by mu.
+	limited    map[string]bool
 	flowCursor *store.FlowCursor
 	flowIdleAt time.Time
 	flowKick   bool
@@ -515,6 +519,8 @@ func (w *Worker) claimRound(ctx context.Context, all bool) bool {
 	}
 
 	sent := time.Now()
+	var limitedRows []*queue.JobRow
+	picks, limitedRows = w.claimLimited(ctx, picks)
 	claims := make([]store.QueueClaim, len(picks))
 	for i := range picks {
 		p := &picks[i]
@@ -613,6 +619,10 @@ func (w *Worker) claimRound(ctx context.Context, all bool) bool {
 	if w.claimFlow(ctx, picks, byQueue, sent, &rows) {
 		again = true
 	}
+	if len(limitedRows) > 0 {
+		again = true
+		rows = append(rows, limitedRows...)
+	}
 	for _, r := range rows {
 		w.startExecution(r, sent)
 	}
@@ -672,6 +682,41 @@ func (w *Worker) claimFlow(ctx context.Context, picks []claimPick, byQueue map[s
 	return true
 }
 
+// claimLimited claims from the picks whose queue has a limit, each in a transaction of
+// its own under the queue's lock, and returns the other picks and the jobs claimed. A
+// queue that gave jobs is claimed again in the next round.
+func (w *Worker) claimLimited(ctx context.Context, picks []claimPick) ([]claimPick, []*queue.JobRow) {
+	w.mu.Lock()
+	limited := w.limited
+	w.mu.Unlock()
+	if len(limited) == 0 {
+		return picks, nil
+	}
+	var rest []claimPick
+	var rows []*queue.JobRow
+	for _, p := range picks {
+		if !limited[p.qs.name] {
+			rest = append(rest, p)
+			continue
+		}
+		got, err := store.ClaimInQueueLimit(ctx, w.pool, store.ClaimInQueueLimitParams{Queue: p.qs.name,
+			WorkerID: w.cfg.ID, Lease: w.cfg.LeaseDuration, Kinds: w.kinds, Limit: p.limit, Flow: w.flowOn.Load()})
+		if err != nil {
+			if ctx.Err() == nil {
+				w.log.Warn("claim from a limited queue failed", "queue", p.qs.name, "err", err)
+			}
+			continue
+		}
+		if len(got) > 0 {
+			w.mu.Lock()
+			p.qs.dirty = true
+			w.mu.Unlock()
+		}
+		rows = append(rows, got...)
+	}
+	return rest, rows
+}
+
 // kickFlow makes the next claim round claim jobs under flow limits even if the last
 // flow claim found nothing: a job was enqueued, or a slot was freed.
 func (w *Worker) kickFlow() {
@@ -693,8 +738,23 @@ func (w *Worker) setFlowLimits(ctx context.Context) error {
 	return w.checkFlow(ctx)
 }
 
-// checkFlow turns flow claims on while any flow limit exists, and off when none does.
+// checkFlow turns flow claims on while any flow limit exists, and off when none does,
+// and reads which of the worker's queues have a limit.
 func (w *Worker) checkFlow(ctx context.Context) error {
+	w.mu.Lock()
+	names := w.queueNamesLocked()
+	w.mu.Unlock()
+	limits, err := store.LimitedQueues(ctx, w.pool, names)
+	if err != nil {
+		return err
+	}
+	limited := make(map[string]bool, len(limits))
+	for name := range limits {
+		limited[name] = true
+	}
+	w.mu.Lock()
+	w.limited = limited
+	w.mu.Unlock()
 	var on bool
 	if err := w.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM fenceq_flow_limits)`).Scan(&on); err != nil {
 		return fmt.Errorf("look for flow limits: %w", err)

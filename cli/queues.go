@@ -15,13 +15,15 @@ import (
 func queuesCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:  "queues",
-		Usage: "list, pause or resume queues",
+		Usage: "list, pause, resume or limit queues",
 		Subcommands: []*ucli.Command{
 			{Name: "list", Usage: "list queues with their job counts by state", Action: queuesList},
 			{Name: "pause", Usage: "stop workers claiming from a queue (running jobs continue)", ArgsUsage: "QUEUE",
 				Action: queuesPause(true)},
 			{Name: "resume", Usage: "let workers claim from a paused queue again", ArgsUsage: "QUEUE",
 				Action: queuesPause(false)},
+			{Name: "limit", Usage: "run at most N of a queue's jobs at once across every worker (0 removes the limit)",
+				ArgsUsage: "QUEUE N", Action: queuesLimit},
 		},
 	}
 }
@@ -73,6 +75,42 @@ func yesNo(b bool) string {
 type pauseResult struct {
 	Queue  string `json:"queue"`
 	Paused bool   `json:"paused"`
+}
+
+// limitResult is the JSON output of `queues limit`.
+type limitResult struct {
+	Queue      string `json:"queue"`
+	MaxRunning int    `json:"max_running"`
+}
+
+func queuesLimit(c *ucli.Context) error {
+	if err := needArgs(c, 2, 2, "QUEUE N"); err != nil {
+		return err
+	}
+	name := c.Args().Get(0)
+	if err := queue.ValidateQueue(name); err != nil {
+		return usageError{Err: err}
+	}
+	n, err := strconv.Atoi(c.Args().Get(1))
+	if err != nil || n < 0 {
+		return usageError{Err: fmt.Errorf("invalid N %q: want the most running jobs, a whole number (0 removes the limit)", c.Args().Get(1))}
+	}
+	pool, err := openSchema(c, 2)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := fenceq.SetQueueLimit(c.Context, pool, name, n); err != nil {
+		return err
+	}
+	return output(c, limitResult{Queue: name, MaxRunning: n}, func(w io.Writer) error {
+		if n == 0 {
+			_, err := fmt.Fprintf(w, "queue %s: no limit\n", name)
+			return err
+		}
+		_, err := fmt.Fprintf(w, "queue %s: at most %d jobs running at once, across every worker\n", name, n)
+		return err
+	})
 }
 
 func queuesPause(paused bool) ucli.ActionFunc {

@@ -43,6 +43,7 @@ func workerCommand(e *env) *ucli.Command {
 			&ucli.DurationFlag{Name: "retention", Value: 24 * time.Hour, Usage: "how long finished jobs are kept (negative: forever)"},
 			&ucli.BoolFlag{Name: "no-listen", Usage: "no LISTEN/NOTIFY wake-ups, only --poll (for PgBouncer in transaction pooling mode)"},
 			&ucli.BoolFlag{Name: "no-periodic", Usage: "run no scheduling passes: enqueue no periodic jobs"},
+			&ucli.BoolFlag{Name: "no-counters", Usage: "roll up no job counters for the dashboard (other workers, or the dashboard itself, do)"},
 			&ucli.DurationFlag{Name: "periodic-interval", Value: time.Second, Usage: "how often a scheduling pass runs (it also wakes at the next due slot)"},
 			&ucli.DurationFlag{Name: "periodic-grace", Value: 10 * time.Second, Usage: "slots due within this long after the last pass are caught up; later ones follow their schedule's --missed policy"},
 		}, uiFlags("ui-"), e.opts.WorkerFlags, httpFlags(), logFlags(), []ucli.Flag{databaseURLFlag()}),
@@ -141,6 +142,9 @@ func workerAction(c *ucli.Context) error {
 		RetentionPeriod: c.Duration("retention"), DisableListen: c.Bool("no-listen"), Logger: log, Hooks: []fenceq.Hook{m.Core},
 		DisablePeriodic:  c.Bool("no-periodic"),
 		PeriodicInterval: c.Duration("periodic-interval"), PeriodicGrace: c.Duration("periodic-grace"),
+	}
+	if c.Bool("no-counters") {
+		cfg.CountersInterval = -1
 	}
 	if !c.Bool("no-periodic") {
 		cfg.Periodic = slices.Clone(e.opts.Periodic)

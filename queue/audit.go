@@ -46,6 +46,7 @@ const (
 	AuditResumePeriodic  AuditAction = "resume_periodic"
 	AuditRemovePeriodic  AuditAction = "remove_periodic"
 	AuditTriggerPeriodic AuditAction = "trigger_periodic"
+	AuditSetQueueLimit   AuditAction = "set_queue_limit"
 )
 
 // AuditParams selects audit records for fenceq.ListAudit, newest first.

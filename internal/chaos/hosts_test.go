@@ -92,8 +92,9 @@ func TestHostsFaults(t *testing.T) {
 func TestCommitCutSettledByLooking(t *testing.T) {
 	t.Parallel()
 	requireHosts(t)
-	// No scheduling passes: the only fenced COMMIT whose reply comes back is the order's.
-	env := newTestEnv(t, EnvConfig{Hosts: 1, WorkerArgs: []string{"--no-periodic"}})
+	// No scheduling passes and no counter roll-ups: the only fenced COMMIT whose reply
+	// comes back is the order's.
+	env := newTestEnv(t, EnvConfig{Hosts: 1, WorkerArgs: []string{"--no-periodic", "--no-counters"}})
 	startWorkers(t, env)
 	w := env.Workers[0]
 	ctx := context.Background()

@@ -210,6 +210,9 @@ type ClaimFlowParams struct {
 	Max int
 	// After starts the walk over the keys after this one; nil starts at the first.
 	After *FlowCursor
+	// InQueueLimit claims from queues with a limit too: set by ClaimInQueueLimit, which
+	// holds the queue's lock; otherwise such queues are left out.
+	InQueueLimit bool
 }
 
 // less orders cursors by queue, then key.
@@ -259,7 +262,7 @@ func ClaimFlow(ctx context.Context, db queue.DBTX, p ClaimFlowParams) ([]*queue.
 		after = *p.After
 	}
 	sql := sqlClaimFlow
-	args := []any{names, limits, total, p.WorkerID, micros(p.Lease), after.Queue, after.Key}
+	args := []any{names, limits, total, p.WorkerID, micros(p.Lease), after.Queue, after.Key, p.InQueueLimit}
 	if p.Kinds != nil {
 		sql = sqlClaimFlowKinds
 		args = append(args, p.Kinds)
@@ -288,7 +291,8 @@ func ClaimFlow(ctx context.Context, db queue.DBTX, p ClaimFlowParams) ([]*queue.
 
 // claimFlowSQL is ClaimFlow's statement: $1 queue names, $2 their limits, $3 the most
 // jobs in all, $4 worker id, $5 lease (µs), $6 and $7 the key to start after (empty
-// strings for the first); with kinds, $8 the kinds.
+// strings for the first), $8 whether queues with a limit are claimed too; with kinds, $9
+// the kinds.
 //
 //   - keys walks the distinct (queue, flow key) pairs with available jobs in index
 //     order, one index probe per key (a recursive "skip scan": the next key of the
@@ -310,14 +314,16 @@ func claimFlowSQL(kinds bool) string {
 	kind := ""
 	if kinds {
 		kind = `
-          AND j.kind = ANY($8::text[])`
+          AND j.kind = ANY($9::text[])`
 	}
+	const inLimitParam = "8"
 	period := `l.rate_period_us * interval '1 microsecond'`
 	return `
 WITH RECURSIVE
 qs AS MATERIALIZED (
     SELECT * FROM unnest($1::text[], $2::int[]) AS q(name, n)
-    WHERE NOT EXISTS (SELECT 1 FROM fenceq_queues p WHERE p.name = q.name AND p.paused)),
+    WHERE NOT EXISTS (SELECT 1 FROM fenceq_queues p WHERE p.name = q.name
+                      AND (p.paused OR (p.max_running IS NOT NULL AND NOT $` + inLimitParam + `::boolean)))),
 keys(queue, key, seed, wrap) AS (
     SELECT $6::text, $7::text, true, false
     UNION ALL

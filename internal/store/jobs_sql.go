@@ -89,7 +89,15 @@ SELECT count(*) FROM ins`
 // entries of the jobs claimed since the last VACUUM. With kinds, it claims only jobs of
 // those kinds (the next parameter, a text array): a filter on the rows the same scan
 // visits, so jobs of other kinds are stepped over, never claimed (see ClaimParams.Kinds).
-func claimSQL(after, kinds bool) string {
+//
+// The ordinary claim leaves out a queue with a limit (fenceq_queues.max_running): such a
+// queue is claimed by ClaimInQueueLimit, in a transaction that holds the queue's lock,
+// with inLimit set.
+func claimSQL(after, kinds bool, inLimit ...bool) string {
+	skip := "(q.paused OR q.max_running IS NOT NULL)"
+	if len(inLimit) > 0 && inLimit[0] {
+		skip = "q.paused"
+	}
 	cursor, kind := "", ""
 	if after {
 		cursor = `
@@ -107,7 +115,7 @@ func claimSQL(after, kinds bool) string {
 WITH next AS (
     SELECT id AS next_id FROM fenceq_jobs_hot
     WHERE state = ` + sqlAvailable + ` AND flow_key IS NULL AND queue = $1 AND run_at <= now()` + cursor + kind + `
-      AND NOT EXISTS (SELECT 1 FROM fenceq_queues q WHERE q.name = $1 AND q.paused)
+      AND NOT EXISTS (SELECT 1 FROM fenceq_queues q WHERE q.name = $1 AND ` + skip + `)
     ORDER BY priority, run_at, id
     LIMIT $2
     FOR UPDATE SKIP LOCKED)
@@ -153,7 +161,7 @@ func claimManySQL(kinds bool) string {
 WITH q AS MATERIALIZED (
     SELECT * FROM unnest($4::text[], $5::int[], $6::smallint[], $7::timestamptz[], $8::bigint[])
         AS q(name, n, cp, cr, cid)
-    WHERE NOT EXISTS (SELECT 1 FROM fenceq_queues p WHERE p.name = q.name AND p.paused)),
+    WHERE NOT EXISTS (SELECT 1 FROM fenceq_queues p WHERE p.name = q.name AND (p.paused OR p.max_running IS NOT NULL))),
 next AS (
     SELECT x.id FROM q CROSS JOIN LATERAL (
         SELECT id FROM fenceq_jobs_hot
@@ -195,7 +203,9 @@ CROSS JOIN LATERAL (
     LIMIT 1) x`
 
 var (
-	sqlClaim           = claimSQL(false, false)
+	sqlClaimInLimit      = claimSQL(false, false, true)
+	sqlClaimKindsInLimit = claimSQL(false, true, true)
+	sqlClaim             = claimSQL(false, false)
 	sqlClaimAfter      = claimSQL(true, false)
 	sqlClaimKinds      = claimSQL(false, true)
 	sqlClaimKindsAfter = claimSQL(true, true)

@@ -70,9 +70,9 @@ func ListWorkers(ctx context.Context, db queue.DBTX) ([]queue.WorkerInfo, error)
 // SchemaVersion is the core schema version whose tables this engine writes: the hot set
 // and history of migration 000014, the pending state of 000015, the flow tables and
 // triggers of 000016 (dependencies, workflows, batches, signals and waits), the debounce
-// key and the periodic columns of 000017, the job counters of 000019 and the flow limits
-// of 000020.
-const SchemaVersion = 20
+// key and the periodic columns of 000017, the job counters of 000019, the flow limits of
+// 000020 and the queue limits of 000021.
+const SchemaVersion = 21
 
 // CheckSchema returns an error naming the step to take when the core schema on db's
 // search_path is older than SchemaVersion (or not installed, or left dirty by a failed
