@@ -60,7 +60,7 @@ type Worker struct {
 	// flowCursor is where the last flow claim's walk over the keys stopped, and
 	// flowIdleAt when a flow claim last found nothing (the next waits a PollInterval
 	// unless a wake-up comes first).
-	flowOn     atomic.Bool
+	flowOn atomic.Bool
 	// limited are this worker's queues that have a limit (fenceq_queues.max_running),
 	// as the maintenance pass last read them: claimed one by one under the queue's lock
 	// (store.ClaimInQueueLimit). Guarded by mu.

@@ -206,9 +206,9 @@ var (
 	sqlClaimInLimit      = claimSQL(false, false, true)
 	sqlClaimKindsInLimit = claimSQL(false, true, true)
 	sqlClaim             = claimSQL(false, false)
-	sqlClaimAfter      = claimSQL(true, false)
-	sqlClaimKinds      = claimSQL(false, true)
-	sqlClaimKindsAfter = claimSQL(true, true)
+	sqlClaimAfter        = claimSQL(true, false)
+	sqlClaimKinds        = claimSQL(false, true)
+	sqlClaimKindsAfter   = claimSQL(true, true)
 )
 
 // sqlOtherKindAhead finds the last available job of queue $1 whose kind is not among $2,
