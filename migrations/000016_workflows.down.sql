@@ -13,11 +13,8 @@ BEGIN
     END IF;
 END $$;
 
-DROP TRIGGER IF EXISTS fenceq_flow_history ON fenceq_jobs_history;
-DROP TRIGGER IF EXISTS fenceq_flow_hot_insert ON fenceq_jobs_hot;
-DROP TRIGGER IF EXISTS fenceq_flow_hot_update ON fenceq_jobs_hot;
-DROP TRIGGER IF EXISTS fenceq_flow_hot_gone ON fenceq_jobs_hot;
-DROP TRIGGER IF EXISTS fenceq_flow_history_gone ON fenceq_jobs_history;
+-- The triggers go with their function below (DROP ... CASCADE): a Citus coordinator
+-- refuses DROP TRIGGER on a distributed table, which has none of them.
 
 DROP FUNCTION fenceq_enqueue_workflow(text, jsonb);
 DROP FUNCTION fenceq_wait(bigint, bigint, text, timestamptz);
@@ -25,7 +22,7 @@ DROP FUNCTION fenceq_send_signal(bigint, text, jsonb);
 DROP FUNCTION fenceq_flow_wait(bigint, bigint, text, timestamptz);
 DROP FUNCTION fenceq_flow_send(bigint, text, jsonb);
 DROP FUNCTION fenceq_flow_link(bigint, bigint[], bigint[], bigint, text, boolean);
-DROP FUNCTION fenceq_flow_trigger();
+DROP FUNCTION fenceq_flow_trigger() CASCADE;
 DROP FUNCTION fenceq_flow_gone(bigint, text);
 DROP FUNCTION fenceq_flow_reopened(bigint);
 DROP FUNCTION fenceq_flow_ended(bigint, text);

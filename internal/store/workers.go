@@ -92,8 +92,21 @@ WHERE to_regclass('fenceq_schema_migrations') IS NOT NULL`).Scan(&version, &dirt
 		return fmt.Errorf("check fenceq's schema: %w", err)
 	}
 	if !found {
-		return fmt.Errorf("fenceq's tables on this search_path are missing (no fenceq_schema_migrations): "+
-			"run `fenceq migrate up` or migrations.Up first (this engine needs core schema version %d)", SchemaVersion)
+		// No version recorded where this connection looks (a schema set up without
+		// fenceq's migration runner, or a coordinator that does not show it): check that
+		// the tables of the current version are there instead, the newest by the column
+		// its migration added.
+		var ok bool
+		if err := db.QueryRow(ctx, `SELECT to_regclass('fenceq_jobs_hot') IS NOT NULL AND to_regclass('fenceq_job_counts') IS NOT NULL
+    AND EXISTS (SELECT 1 FROM pg_catalog.pg_attribute WHERE attrelid = to_regclass('fenceq_queues')
+                AND attname = 'max_running' AND NOT attisdropped)`).Scan(&ok); err != nil {
+			return fmt.Errorf("check fenceq's schema: %w", err)
+		}
+		if !ok {
+			return fmt.Errorf("fenceq's tables on this search_path are missing or predate core schema version %d: "+
+				"run `fenceq migrate up` or migrations.Up first", SchemaVersion)
+		}
+		return nil
 	}
 	if dirty {
 		return fmt.Errorf("fenceq's core schema is dirty at version %d (a migration failed half-way): "+
