@@ -170,15 +170,20 @@ ON CONFLICT (name) DO UPDATE SET paused = EXCLUDED.paused, paused_at = EXCLUDED.
     updated_at = EXCLUDED.updated_at`
 
 // sqlQueueExists: $1 queue, $2 how far back finished jobs count (µs; 0: not at all).
-// Finished jobs are found through the finished_at index within that window only; the
-// hot set, the settings and the workers are small.
+// Finished jobs are found through the finished_at index within that window only, in
+// history and in the hot set (which keeps the finished jobs that hold their unique key,
+// and on Citus every finished job until it is moved); the hot set, the settings and the
+// workers are small.
 const sqlQueueExists = `
 SELECT EXISTS (SELECT 1 FROM fenceq_queues WHERE name = $1)
-    OR EXISTS (SELECT 1 FROM fenceq_jobs_hot WHERE queue = $1)
+    OR EXISTS (SELECT 1 FROM fenceq_jobs_hot WHERE queue = $1 AND finished_at IS NULL)
     OR EXISTS (SELECT 1 FROM fenceq_workers WHERE $1 = ANY (queues))
-    OR ($2::bigint > 0 AND EXISTS (
+    OR ($2::bigint > 0 AND (EXISTS (
         SELECT 1 FROM fenceq_jobs_history
-        WHERE finished_at > now() - $2::bigint * interval '1 microsecond' AND queue = $1))`
+        WHERE finished_at > now() - $2::bigint * interval '1 microsecond' AND queue = $1)
+      OR EXISTS (
+        SELECT 1 FROM fenceq_jobs_hot
+        WHERE finished_at > now() - $2::bigint * interval '1 microsecond' AND queue = $1)))`
 
 const sqlListQueues = `
 WITH counts AS MATERIALIZED (
