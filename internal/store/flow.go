@@ -61,10 +61,15 @@ func ensureFlowKey(ctx context.Context, db queue.DBTX, key string) error {
 
 func flowKeyError(err error, key string) error {
 	if PgCode(err) == CodeForeignKeyViolation {
-		return invalid("flow.limit", "flow limit %q is not set (set it with fenceq.SetFlowLimit, Config.FlowLimits "+
-			"or `fenceq flow set` before enqueueing under it)", FlowKeyLimit(key))
+		return limitNotSet(FlowKeyLimit(key))
 	}
 	return fmt.Errorf("create flow key %q: %w", key, err)
+}
+
+// limitNotSet is the error of an enqueue under a flow limit that is not set.
+func limitNotSet(name string) error {
+	return invalid("flow.limit", "flow limit %q is not set (set it with fenceq.SetFlowLimit, Config.FlowLimits "+
+		"or `fenceq flow set` before enqueueing under it)", name)
 }
 
 // ErrFlowUnsupported is returned by SetFlowLimit on a schema without the triggers that
@@ -318,6 +323,12 @@ func claimFlowSQL(kinds bool) string {
 	}
 	const inLimitParam = "8"
 	period := `l.rate_period_us * interval '1 microsecond'`
+	// room is what a key's concurrency limit, sequence and rate leave it (the least of
+	// them; a limit that is off leaves the most an int holds).
+	room := `LEAST(COALESCE(l.max_running, 2147483647) - fk.running,
+                 CASE WHEN l.sequence THEN 1 - fk.running ELSE 2147483647 END,
+                 COALESCE(l.rate_limit - (SELECT count(*) FROM unnest(fk.starts) s WHERE s > now() - ` + period + `),
+                          2147483647))`
 	return `
 WITH RECURSIVE
 qs AS MATERIALIZED (
@@ -345,15 +356,9 @@ keys(queue, key, seed, wrap) AS (
     WHERE NOT x.wrap OR (x.queue, x.flow_key) <= ($6::text, $7::text)),
 room AS (
     SELECT k.queue, fk.key, l.sequence, fk.holder,
-           LEAST(COALESCE(l.max_running, 2147483647) - fk.running,
-                 CASE WHEN l.sequence THEN 1 - fk.running ELSE 2147483647 END,
-                 COALESCE(l.rate_limit - (SELECT count(*) FROM unnest(fk.starts) s WHERE s > now() - ` + period + `),
-                          2147483647)) AS n
+           ` + room + ` AS n
     FROM keys k JOIN fenceq_flow_keys fk ON fk.key = k.key JOIN fenceq_flow_limits l ON l.name = fk.limit_name
-    WHERE NOT k.seed AND LEAST(COALESCE(l.max_running, 2147483647) - fk.running,
-                CASE WHEN l.sequence THEN 1 - fk.running ELSE 2147483647 END,
-                COALESCE(l.rate_limit - (SELECT count(*) FROM unnest(fk.starts) s WHERE s > now() - ` + period + `),
-                         2147483647)) > 0
+    WHERE NOT k.seed AND ` + room + ` > 0
       AND EXISTS (SELECT 1 FROM qs WHERE qs.name = k.queue)
     LIMIT $3
     FOR UPDATE OF fk SKIP LOCKED),

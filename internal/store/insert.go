@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/fenceq/fenceq/queue"
 )
@@ -316,7 +315,7 @@ func insertMany(ctx context.Context, db queue.Beginner, ps []InsertParams, simpl
 			return 0, fmt.Errorf("copy %d jobs: look up their flow limits: %w", len(ps), err)
 		}
 		if missing != nil {
-			return 0, flowKeyError(&pgconn.PgError{Code: CodeForeignKeyViolation}, *missing+":")
+			return 0, limitNotSet(*missing)
 		}
 		if _, err := tx.Exec(ctx, sqlEnsureStagedFlowKeys); err != nil {
 			return 0, fmt.Errorf("copy %d jobs: create their flow keys: %w", len(ps), err)
