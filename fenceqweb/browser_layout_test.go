@@ -277,8 +277,14 @@ func TestBrowserLoginThrottle(t *testing.T) {
 	// A navigation with a token the dashboard refuses ends in Chromium's own error for
 	// credentials it cannot answer (the 401's challenge); a throttled one shows the 429
 	// page, with its Retry-After.
+	// The page left behind is replaced by a blank one first: its icon, stylesheet or live
+	// refresh must not reach the dashboard with the next, wrong token and count as a
+	// failed login of their own.
 	visit := func(bearer string) (int64, string) {
 		t.Helper()
+		if err := chromedp.Do(ctx, chromedp.Navigate("about:blank")); err != nil {
+			t.Fatalf("leave the page: %v", err)
+		}
 		setBearer(bearer)
 		res, err := chromedp.RunResponse(ctx, chromedp.Navigate(b.url("/queues")))
 		if err != nil && strings.Contains(err.Error(), "ERR_INVALID_AUTH_CREDENTIALS") {

@@ -134,10 +134,18 @@ func TestRollupCountsExactly(t *testing.T) {
 				return err
 			}
 			if len(js) == 0 {
-				// Failed jobs wait, retryable, for the scheduler.
-				n, err := store.PromoteDue(b.ctx, b.db.Pool, 1000)
-				if err != nil || n == 0 {
+				// Failed jobs wait, retryable, for the scheduler. The other queue's loop
+				// may have promoted this queue's jobs already, so the loop ends only when
+				// none of this queue's jobs is left unfinished.
+				if _, err := store.PromoteDue(b.ctx, b.db.Pool, 1000); err != nil {
 					return err
+				}
+				var left int
+				if err := b.db.Pool.QueryRow(b.ctx, `SELECT count(*) FROM fenceq_jobs WHERE queue = $1 AND finished_at IS NULL`, q).Scan(&left); err != nil {
+					return err
+				}
+				if left == 0 {
+					return nil
 				}
 				continue
 			}
