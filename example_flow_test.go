@@ -28,10 +28,11 @@ type SyncArgs struct {
 // Kind names the handler of SyncArgs jobs.
 func (SyncArgs) Kind() string { return "sync" }
 
-// flowExampleSchema is exampleSchema for the flow examples. On a Citus coordinator the
-// schema is created with schema-based sharding off, so that its tables stay local to the
-// coordinator: flow limits keep their counts with triggers, which a distributed table
-// cannot have, and fenceq refuses them on a distributed schema.
+// flowExampleSchema is exampleSchema for the flow, workflow, batch and signal examples.
+// On a Citus coordinator the schema is created with schema-based sharding off, so that
+// its tables stay local to the coordinator: flow limits, dependencies, batches and
+// signals keep their state with triggers, which a distributed table cannot have, and
+// fenceq refuses them on a distributed schema.
 func flowExampleSchema(ctx context.Context) (*pgxpool.Pool, func()) {
 	base, err := fenceqtest.ServerURL()
 	if err != nil {

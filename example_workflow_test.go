@@ -62,7 +62,7 @@ func waitFinished(ctx context.Context, pool *pgxpool.Pool, id int64) *queue.JobR
 // completed.
 func ExampleWorkflow() {
 	ctx := context.Background()
-	pool, cleanup := exampleSchema(ctx)
+	pool, cleanup := flowExampleSchema(ctx)
 	defer cleanup()
 	if err := migrations.Up(ctx, pool); err != nil {
 		log.Fatal(err)
@@ -104,7 +104,7 @@ func ExampleWorkflow() {
 // counts of their final states.
 func ExampleBatch() {
 	ctx := context.Background()
-	pool, cleanup := exampleSchema(ctx)
+	pool, cleanup := flowExampleSchema(ctx)
 	defer cleanup()
 	if err := migrations.Up(ctx, pool); err != nil {
 		log.Fatal(err)
@@ -140,7 +140,7 @@ func ExampleBatch() {
 // signal, sent from any process in its own transaction, wakes it once.
 func ExampleWaitForSignal() {
 	ctx := context.Background()
-	pool, cleanup := exampleSchema(ctx)
+	pool, cleanup := flowExampleSchema(ctx)
 	defer cleanup()
 	if err := migrations.Up(ctx, pool); err != nil {
 		log.Fatal(err)

@@ -147,8 +147,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	start := time.Now()
 	deadline := start.Add(cfg.Duration)
 	wlErr := make(chan error, 1)
-	go func() { wlErr <- wl.Run(ctx, deadline) }()
+	faultsDone := make(chan struct{})
+	go func() { wlErr <- wl.Run(ctx, deadline, faultsDone) }()
 	records := env.RunSchedule(ctx, start, plan, env.cfg.Lease/2, deadline.Add(env.cfg.Lease))
+	close(faultsDone)
 	if err := <-wlErr; err != nil {
 		return nil, err
 	}

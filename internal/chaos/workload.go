@@ -220,20 +220,35 @@ func (wl *Workload) Close() {
 	wl.pool.Close()
 }
 
-// Run issues a wave at once and then every WaveEvery until deadline.
-func (wl *Workload) Run(ctx context.Context, deadline time.Time) error {
+// Run issues a wave at once and then every WaveEvery until deadline, and after it until
+// faultsDone is closed (nil: not waited for), so that a fault schedule that runs late
+// still meets work in flight.
+func (wl *Workload) Run(ctx context.Context, deadline time.Time, faultsDone <-chan struct{}) error {
 	for i := 0; ; i++ {
 		if err := wl.Wave(ctx, i); err != nil {
 			return err
 		}
 		next := time.Now().Add(wl.cfg.WaveEvery)
-		if !next.Before(deadline) {
+		if !next.Before(deadline) && isClosed(faultsDone) {
 			return nil
 		}
 		sleepCtx(ctx, time.Until(next))
 		if ctx.Err() != nil {
 			return nil
 		}
+	}
+}
+
+// isClosed reports whether ch is nil or closed.
+func isClosed(ch <-chan struct{}) bool {
+	if ch == nil {
+		return true
+	}
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
 	}
 }
 
