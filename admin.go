@@ -359,7 +359,12 @@ func bulkBatch(ctx context.Context, db queue.Beginner, f queue.JobFilter, ids []
 	return changed, nil
 }
 
-// ListQueues returns every queue that has settings or jobs, with its job counts by state.
+// ListQueues returns every queue that has settings, unfinished jobs or jobs that
+// finished within the last day, with its job counts by state: the unfinished jobs, and
+// the jobs that finished within the last day (the job counters' retention, in whole
+// minutes, as fresh as the last RollupJobCounts). It reads no history, so its cost does
+// not grow with the jobs retained; a job deleted or pruned still counts where it
+// finished. For another window, see CountJobs.
 func ListQueues(ctx context.Context, db queue.DBTX) ([]queue.QueueInfo, error) {
 	return store.ListQueues(ctx, db)
 }

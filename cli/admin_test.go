@@ -1,6 +1,7 @@
 package cli_test
 
 import (
+	"maps"
 	"strconv"
 	"strings"
 	"testing"
@@ -33,6 +34,39 @@ func TestQueuesPauseResume(t *testing.T) {
 	b.okJSON(t, &qs, "queues", "list")
 	if qs[0].Paused {
 		t.Fatalf("after resume: %+v", qs)
+	}
+	// A finished job counts from the job counters. No worker rolls them up here: once the
+	// last roll-up (by the listings above) is older than the command allows, the command
+	// rolls them up itself. The roll-up passes a job a moment after it finished, by the
+	// database's clock, which the test waits for.
+	got, err = store.Claim(b.ctx, b.db.Pool, store.ClaimParams{Queue: "mail", WorkerID: "w", Limit: 1, Lease: time.Minute})
+	if err != nil || len(got) != 1 {
+		t.Fatalf("claim after resume: %d jobs, err %v", len(got), err)
+	}
+	if err := store.Complete(b.ctx, b.db.Pool, store.LeaseOf(got[0])); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.db.Pool.Exec(b.ctx, `UPDATE fenceq_job_counts_cursor SET rolled_at = rolled_at - interval '1 minute'`); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		var passed bool
+		if err := b.db.Pool.QueryRow(b.ctx, `SELECT now() - finished_at > interval '1 second' FROM fenceq_jobs WHERE id = $1`,
+			got[0].ID).Scan(&passed); err != nil {
+			t.Fatal(err)
+		}
+		if passed {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	var after []queue.QueueInfo
+	b.okJSON(t, &after, "queues", "list")
+	if len(after) != 1 || !maps.Equal(after[0].Counts, map[queue.State]int64{queue.StateCompleted: 1}) {
+		t.Fatalf("after the job completed: %+v", after)
+	}
+	if out := b.ok(t, "queues", "list"); !strings.Contains(out, "COMPLETED (24H)") {
+		t.Errorf("the table does not say the finished counts cover 24 hours:\n%s", out)
 	}
 	oneErrorLine(t, b.run(t, "queues", "pause"), "usage: fenceq queues pause QUEUE")
 	oneErrorLine(t, b.run(t, "queues", "pause", strings.Repeat("q", 100)), "queue")

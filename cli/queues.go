@@ -5,6 +5,9 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	ucli "github.com/urfave/cli/v2"
 
@@ -17,7 +20,8 @@ func queuesCommand() *ucli.Command {
 		Name:  "queues",
 		Usage: "list, pause, resume or limit queues",
 		Subcommands: []*ucli.Command{
-			{Name: "list", Usage: "list queues with their job counts by state", Action: queuesList},
+			{Name: "list", Usage: "list queues with their unfinished jobs by state and the jobs finished in the last 24 hours",
+				Action: queuesList},
 			{Name: "pause", Usage: "stop workers claiming from a queue (running jobs continue)", ArgsUsage: "QUEUE",
 				Action: queuesPause(true)},
 			{Name: "resume", Usage: "let workers claim from a paused queue again", ArgsUsage: "QUEUE",
@@ -37,22 +41,16 @@ func queuesList(c *ucli.Context) error {
 		return err
 	}
 	defer pool.Close()
-	qs, err := fenceq.ListQueues(c.Context, pool)
+	qs, err := listQueues(c, pool)
 	if err != nil {
 		return err
-	}
-	if qs == nil {
-		qs = []queue.QueueInfo{}
 	}
 	return output(c, qs, func(w io.Writer) error {
 		if len(qs) == 0 {
 			_, err := fmt.Fprintln(w, "no queues")
 			return err
 		}
-		headers := []string{"QUEUE", "PAUSED"}
-		for _, st := range queue.JobStates() {
-			headers = append(headers, strings.ToUpper(string(st)))
-		}
+		headers := append([]string{"QUEUE", "PAUSED"}, stateHeaders()...)
 		rows := make([][]string, 0, len(qs))
 		for _, q := range qs {
 			r := []string{q.Name, yesNo(q.Paused)}
@@ -63,6 +61,53 @@ func queuesList(c *ucli.Context) error {
 		}
 		return table(w, headers, rows)
 	})
+}
+
+// countersStale is how old the job counters may be before a command that shows finished
+// counts rolls them up itself (no worker running, or none up to date), as the dashboard
+// does.
+const countersStale = 15 * time.Second
+
+// listQueues returns fenceq.ListQueues, after rolling the job counters up when no
+// roll-up ran within countersStale. A roll-up that fails (a role that may not write
+// fenceq's tables) is reported on stderr and the counts are shown as they are.
+func listQueues(c *ucli.Context, pool *pgxpool.Pool) ([]queue.QueueInfo, error) {
+	ctx := c.Context
+	st, err := fenceq.JobCountersState(ctx, pool)
+	if err != nil {
+		return nil, err
+	}
+	var now time.Time
+	if err := pool.QueryRow(ctx, "SELECT now()").Scan(&now); err != nil {
+		return nil, fmt.Errorf("read the database's clock: %w", err)
+	}
+	if st.RolledAt.IsZero() || now.Sub(st.RolledAt) >= countersStale {
+		if _, err := fenceq.RollupJobCounts(ctx, pool); err != nil {
+			fmt.Fprintf(c.App.ErrWriter, "%s: warning: the finished counts may be behind: %v\n", c.App.Name, err)
+		}
+	}
+	qs, err := fenceq.ListQueues(ctx, pool)
+	if err != nil {
+		return nil, err
+	}
+	if qs == nil {
+		qs = []queue.QueueInfo{}
+	}
+	return qs, nil
+}
+
+// stateHeaders are the column headers of the job states, the final ones marked as
+// counting the last 24 hours.
+func stateHeaders() []string {
+	var out []string
+	for _, st := range queue.JobStates() {
+		h := strings.ToUpper(string(st))
+		if st.Final() {
+			h += " (24H)"
+		}
+		out = append(out, h)
+	}
+	return out
 }
 
 func yesNo(b bool) string {

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"strconv"
-	"strings"
 	"time"
 
 	ucli "github.com/urfave/cli/v2"
@@ -18,7 +17,7 @@ import (
 func statsCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:  "stats",
-		Usage: "jobs per queue and state, lease events in the last hour, outbox backlog, workers, periodic schedules",
+		Usage: "jobs per queue and state (finished: the last 24 hours), lease events in the last hour, outbox backlog, workers, periodic schedules",
 		Flags: []ucli.Flag{
 			&ucli.DurationFlag{Name: "window", Value: time.Hour, Usage: "count lease events over this window"},
 		},
@@ -53,11 +52,8 @@ func stats(c *ucli.Context) error {
 	defer pool.Close()
 	ctx := c.Context
 	rep := statsReport{Window: c.Duration("window").String()}
-	if rep.Queues, err = fenceq.ListQueues(ctx, pool); err != nil {
+	if rep.Queues, err = listQueues(c, pool); err != nil {
 		return err
-	}
-	if rep.Queues == nil {
-		rep.Queues = []queue.QueueInfo{}
 	}
 	if rep.LeaseEvents, err = fenceq.CountLeaseEvents(ctx, pool, c.Duration("window")); err != nil {
 		return err
@@ -80,10 +76,7 @@ func stats(c *ucli.Context) error {
 	}
 	rep.Outbox = &ob
 	return output(c, rep, func(w io.Writer) error {
-		headers := []string{"QUEUE"}
-		for _, st := range queue.JobStates() {
-			headers = append(headers, strings.ToUpper(string(st)))
-		}
+		headers := append([]string{"QUEUE"}, stateHeaders()...)
 		total := map[queue.State]int64{}
 		rows := make([][]string, 0, len(rep.Queues)+1)
 		for _, q := range rep.Queues {

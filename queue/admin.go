@@ -4,8 +4,10 @@ import "time"
 
 // QueueInfo is one queue: its settings and job counts by state.
 type QueueInfo struct {
-	Name   string          `json:"name"`
-	Paused bool            `json:"paused"`
+	Name   string `json:"name"`
+	Paused bool   `json:"paused"`
+	// Counts holds the unfinished jobs by state and, for the final states, the jobs
+	// that reached them within the last day (fenceq.ListQueues).
 	Counts map[State]int64 `json:"counts"`
 }
 

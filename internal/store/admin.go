@@ -218,9 +218,12 @@ func QueueExists(ctx context.Context, db queue.DBTX, name string, finishedWithin
 	return ok, nil
 }
 
-// ListQueues returns every queue that has settings or jobs.
+// ListQueues returns every queue that has settings, unfinished jobs or jobs counted as
+// finished within CounterRetention, with the unfinished jobs by state (the hot set) and
+// the jobs finished within CounterRetention by final state (the job counters, as fresh
+// as the last RollupCounts). It reads no history, so its cost does not grow with it.
 func ListQueues(ctx context.Context, db queue.DBTX) ([]queue.QueueInfo, error) {
-	rows, err := db.Query(ctx, sqlListQueues)
+	rows, err := db.Query(ctx, sqlListQueues, micros(CounterRetention))
 	if err != nil {
 		return nil, fmt.Errorf("list queues: %w", err)
 	}

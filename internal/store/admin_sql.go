@@ -185,9 +185,19 @@ SELECT EXISTS (SELECT 1 FROM fenceq_queues WHERE name = $1)
         SELECT 1 FROM fenceq_jobs_hot
         WHERE finished_at > now() - $2::bigint * interval '1 microsecond' AND queue = $1)))`
 
-const sqlListQueues = `
-WITH counts AS MATERIALIZED (
-    SELECT queue, state, count(*) AS n FROM fenceq_jobs GROUP BY queue, state),
+// sqlListQueues lists the queues with settings or counted jobs: the unfinished jobs of
+// the hot set by queue and state, and the jobs that finished within $1 (µs, in whole
+// minutes) from the job counters, never reading history.
+var sqlListQueues = `
+WITH unfinished AS MATERIALIZED (
+    SELECT queue, state, count(*) AS n FROM ` + hotTable + `
+    WHERE state IN ` + sqlUnfinished + ` GROUP BY queue, state),
+finished AS MATERIALIZED (
+    SELECT queue, state, sum(jobs)::bigint AS n FROM fenceq_job_counts
+    WHERE bucket >= date_bin(interval '1 minute', now() - $1::bigint * interval '1 microsecond', timestamptz '2000-01-01 00:00:00+00')
+    GROUP BY queue, state),
+counts AS (
+    SELECT queue, state, n FROM unfinished UNION ALL SELECT queue, state, n FROM finished),
 names AS (
     SELECT name FROM fenceq_queues
     UNION SELECT queue FROM counts)

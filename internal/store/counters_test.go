@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -404,5 +405,67 @@ func TestCountErrorsByKind(t *testing.T) {
 	want := []queue.KindErrors{{Kind: "flaky", Failed: 4}, {Kind: "broken", Discarded: 1, Failed: 1}}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("errors by kind: %+v, want %+v", got, want)
+	}
+}
+
+// ListQueues counts unfinished jobs in the hot set and finished ones from the counters:
+// its statement does not read history, a finished job counts once rolled up, and
+// deleting it from history leaves the count as it was.
+func TestListQueuesReadsNoHistory(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for i := range 5 {
+		b.insert(t, store.InsertParams{Queue: "mail", Kind: fmt.Sprintf("kind-%d", i%2)})
+	}
+	b.insert(t, store.InsertParams{Queue: "reports"})
+	got, err := store.Claim(b.ctx, b.db.Pool, store.ClaimParams{Queue: "mail", WorkerID: "w", Limit: 3, Lease: time.Minute})
+	if err != nil || len(got) != 3 {
+		t.Fatalf("claim 3 from mail: %d jobs, %v", len(got), err)
+	}
+	// Two complete, one keeps running.
+	for _, j := range got[:2] {
+		if err := store.Complete(b.ctx, b.db.Pool, store.LeaseOf(j)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.rollUpToNow(t)
+
+	want := map[string]map[queue.State]int64{
+		"mail":    {queue.StateAvailable: 2, queue.StateRunning: 1, queue.StateCompleted: 2},
+		"reports": {queue.StateAvailable: 1},
+	}
+	check := func(when string) {
+		t.Helper()
+		qs, err := store.ListQueues(b.ctx, b.db.Pool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		have := map[string]map[queue.State]int64{}
+		for _, q := range qs {
+			have[q.Name] = q.Counts
+		}
+		if len(have) != len(want) {
+			t.Fatalf("%s: queues %v, want %v", when, have, want)
+		}
+		for name, counts := range want {
+			if !maps.Equal(have[name], counts) {
+				t.Errorf("%s: queue %s counts %v, want %v", when, name, have[name], counts)
+			}
+		}
+	}
+	check("after the roll-up")
+	n, err := b.db.Pool.Exec(b.ctx, `DELETE FROM fenceq_jobs_history WHERE queue = 'mail'`)
+	if err != nil || n.RowsAffected() != 2 {
+		t.Fatalf("delete the finished jobs from history: %d rows, %v", n.RowsAffected(), err)
+	}
+	check("after their rows left history")
+
+	var plan string
+	if err := b.db.Pool.QueryRow(b.ctx, "EXPLAIN (FORMAT JSON) "+store.SQLListQueues,
+		int64(store.CounterRetention/time.Microsecond)).Scan(&plan); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(plan, "fenceq_job_counts") || strings.Contains(plan, "fenceq_jobs_history") {
+		t.Fatalf("the statement reads history:\n%s", plan)
 	}
 }

@@ -15,6 +15,9 @@ var (
 // SQLLockLeaseChecked is the lock of a fenced transaction sent as one pipeline.
 var SQLLockLeaseChecked = sqlLockLeaseChecked
 
+// SQLListQueues is ListQueues' statement, for its plan test.
+var SQLListQueues = sqlListQueues
+
 // SQLClaimManyKinds is the claim of many queues with kinds, for its plan test.
 var SQLClaimManyKinds = sqlClaimManyKinds
 
