@@ -379,7 +379,8 @@ func oneLine(s string, n int) string {
 // sqlUISeed seeds one size: $1 finished jobs in history, ids 1…$1, finished over the
 // last 23 hours in id order (0.5 % discarded, 0.1 % cancelled, the rest completed, one
 // in ten completed after a failed attempt), over four queues and seven kinds and a rare
-// one; $2 unfinished jobs in the hot set (half available, a tenth running, the rest
+// one (1 job in max(100, $1 / 1,000): 100 of them at 10k rows, 1,000 from 100k rows on,
+// so that its list page is a full page at every size); $2 unfinished jobs in the hot set (half available, a tenth running, the rest
 // scheduled or retryable an hour ahead); 2,000 lease events over the last two hours; 8
 // workers; 3 periodic schedules.
 var sqlUISeed = []string{`
@@ -387,7 +388,7 @@ INSERT INTO fenceq_jobs_history (id, queue, kind, args, state, priority, run_at,
   leased_by, attempted_at, errors, created_at, finished_at)
 OVERRIDING SYSTEM VALUE
 SELECT i, (ARRAY['default', 'billing', 'outbox', 'email'])[1 + i % 4],
-  CASE WHEN i % 10007 = 17 THEN 'rare.kind'
+  CASE WHEN i % GREATEST(100, $1::int / 1000) = 17 THEN 'rare.kind'
        ELSE (ARRAY['invoice', 'order.place', 'outbox.deliver', 'noop', 'sleep', 'report', 'email.send'])[1 + i % 7] END,
   jsonb_build_object('customer_id', i % 5000, 'note', 'invoice for customer ' || (i % 5000)),
   st, 1, f - interval '3 seconds', a, 25, a, 'worker-' || (i % 8), f - interval '1 second',
