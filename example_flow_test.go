@@ -9,12 +9,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fenceq/fenceq"
-	"github.com/fenceq/fenceq/fenceqtest"
-	"github.com/fenceq/fenceq/internal/connstr"
 	"github.com/fenceq/fenceq/migrations"
 	"github.com/fenceq/fenceq/queue"
 )
@@ -34,36 +31,7 @@ func (SyncArgs) Kind() string { return "sync" }
 // signals keep their state with triggers, which a distributed table cannot have, and
 // fenceq refuses them on a distributed schema.
 func flowExampleSchema(ctx context.Context) (*pgxpool.Pool, func()) {
-	base, err := fenceqtest.ServerURL()
-	if err != nil {
-		log.Fatal(err)
-	}
-	admin, err := pgx.Connect(ctx, base)
-	if err != nil {
-		log.Fatal(err)
-	}
-	var citus bool
-	if err := admin.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')`).Scan(&citus); err != nil {
-		log.Fatal(err)
-	}
-	if citus {
-		if _, err := admin.Exec(ctx, `SET citus.enable_schema_based_sharding = off`); err != nil {
-			log.Fatal(err)
-		}
-	}
-	schema := fmt.Sprintf("fq_example_flow_%d", time.Now().UnixNano())
-	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
-		log.Fatal(err)
-	}
-	pool, err := pgxpool.New(ctx, connstr.WithSearchPath(base, schema))
-	if err != nil {
-		log.Fatal(err)
-	}
-	return pool, func() {
-		pool.Close()
-		_, _ = admin.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE")
-		_ = admin.Close(ctx)
-	}
+	return newExampleSchema(ctx, true)
 }
 
 // startExampleWorker starts a worker with hs and the flow limits, and returns its stop.

@@ -78,7 +78,15 @@ func Example() {
 	// Output: hello, world / completed
 }
 
+// exampleSchema creates a schema of its own for an example and returns a pool whose
+// search_path is that schema, and the function that drops it.
 func exampleSchema(ctx context.Context) (*pgxpool.Pool, func()) {
+	return newExampleSchema(ctx, false)
+}
+
+// newExampleSchema is exampleSchema; with local set, a Citus coordinator keeps the
+// schema's tables on itself (see flowExampleSchema).
+func newExampleSchema(ctx context.Context, local bool) (*pgxpool.Pool, func()) {
 	base, err := fenceqtest.ServerURL()
 	if err != nil {
 		log.Fatal(err)
@@ -86,6 +94,17 @@ func exampleSchema(ctx context.Context) (*pgxpool.Pool, func()) {
 	admin, err := pgx.Connect(ctx, base)
 	if err != nil {
 		log.Fatal(err)
+	}
+	if local {
+		var citus bool
+		if err := admin.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')`).Scan(&citus); err != nil {
+			log.Fatal(err)
+		}
+		if citus {
+			if _, err := admin.Exec(ctx, `SET citus.enable_schema_based_sharding = off`); err != nil {
+				log.Fatal(err)
+			}
+		}
 	}
 	schema := fmt.Sprintf("fq_example_%d", time.Now().UnixNano())
 	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log"
-	"log/slog"
 	"strings"
 	"time"
 
@@ -23,25 +22,6 @@ type StepArgs struct {
 
 // Kind names the handler of StepArgs jobs.
 func (StepArgs) Kind() string { return "step" }
-
-// startWorkflowWorker starts a worker with hs on pool and returns its stop function.
-func startWorkflowWorker(ctx context.Context, pool *pgxpool.Pool, hs *fenceq.Handlers) func() {
-	w, err := fenceq.NewWorker(pool, fenceq.Config{Handlers: hs, ReaperInterval: 100 * time.Millisecond,
-		Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		log.Fatal(err)
-	}
-	if err := w.Start(ctx); err != nil {
-		log.Fatal(err)
-	}
-	return func() {
-		stopCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		if err := w.Stop(stopCtx); err != nil {
-			log.Fatal(err)
-		}
-	}
-}
 
 // waitFinished polls the job until it has reached a final state.
 func waitFinished(ctx context.Context, pool *pgxpool.Pool, id int64) *queue.JobRow {
@@ -92,7 +72,7 @@ func ExampleWorkflow() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	stop := startWorkflowWorker(ctx, pool, hs)
+	stop := startExampleWorker(ctx, pool, hs)
 	defer stop()
 	report := waitFinished(ctx, pool, res.Jobs["report"])
 	fmt.Println(report.State, string(report.Output))
@@ -128,7 +108,7 @@ func ExampleBatch() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	stop := startWorkflowWorker(ctx, pool, hs)
+	stop := startExampleWorker(ctx, pool, hs)
 	defer stop()
 	done := waitFinished(ctx, pool, res.CallbackID)
 	fmt.Println(done.State, string(done.Output))
@@ -162,7 +142,7 @@ func ExampleWaitForSignal() {
 		}
 		return fenceq.RecordOutput(ctx, "approved by "+a.By)
 	}, nil)
-	stop := startWorkflowWorker(ctx, pool, hs)
+	stop := startExampleWorker(ctx, pool, hs)
 	defer stop()
 	res, err := fenceq.Enqueue(ctx, pool, StepArgs{Step: "refund"}, nil)
 	if err != nil {
