@@ -246,12 +246,7 @@ func periodicShow(c *ucli.Context) error {
 		if p.Error != "" {
 			lines = append(lines, [2]string{"error", p.Error})
 		}
-		for _, l := range lines {
-			if _, err := fmt.Fprintf(w, "%-19s %s\n", l[0]+":", l[1]); err != nil {
-				return err
-			}
-		}
-		return nil
+		return keyValues(w, lines)
 	})
 }
 
