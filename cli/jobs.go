@@ -53,13 +53,16 @@ func stateNames() string {
 	return strings.Join(s, ", ")
 }
 
-func parseJobID(c *ucli.Context) (int64, error) {
+func parseJobID(c *ucli.Context) (int64, error) { return parseID(c, "job id") }
+
+// parseID reads the command's one argument, ID, as the positive integer what names.
+func parseID(c *ucli.Context, what string) (int64, error) {
 	if err := needArgs(c, 1, 1, "ID"); err != nil {
 		return 0, err
 	}
 	id, err := strconv.ParseInt(c.Args().First(), 10, 64)
 	if err != nil || id <= 0 {
-		return 0, usageError{Err: fmt.Errorf("invalid job id %q: want a positive integer", c.Args().First())}
+		return 0, usageError{Err: fmt.Errorf("invalid %s %q: want a positive integer", what, c.Args().First())}
 	}
 	return id, nil
 }

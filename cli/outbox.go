@@ -91,12 +91,9 @@ func outboxList(c *ucli.Context) error {
 }
 
 func outboxRetry(c *ucli.Context) error {
-	if err := needArgs(c, 1, 1, "ID"); err != nil {
+	id, err := parseID(c, "outbox row id")
+	if err != nil {
 		return err
-	}
-	id, err := strconv.ParseInt(c.Args().First(), 10, 64)
-	if err != nil || id <= 0 {
-		return usageError{Err: fmt.Errorf("invalid outbox row id %q: want a positive integer", c.Args().First())}
 	}
 	pool, err := openSchema(c, 2)
 	if err != nil {

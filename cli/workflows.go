@@ -187,12 +187,9 @@ func stateCounts(m map[queue.State]int) string {
 }
 
 func workflowsShow(c *ucli.Context) error {
-	if err := needArgs(c, 1, 1, "ID"); err != nil {
+	id, err := parseID(c, "workflow id")
+	if err != nil {
 		return err
-	}
-	id, err := strconv.ParseInt(c.Args().First(), 10, 64)
-	if err != nil || id <= 0 {
-		return usageError{Err: fmt.Errorf("invalid workflow id %q: want a positive integer", c.Args().First())}
 	}
 	pool, err := openSchema(c, 2)
 	if err != nil {
