@@ -275,17 +275,29 @@ func TestPeriodicMissedSlots(t *testing.T) {
 	down := heartbeat(t, b.ctx, b.db.Pool) // the last pass before the outage
 	waitDBTime(t, b.ctx, b.db.Pool, down.Add(5*time.Second), 30*time.Second)
 	before := map[string]int{}
-	for _, n := range []string{"skip", "once", "on-start"} {
+	for _, n := range []string{"skip", "once"} {
 		before[n] = len(origins(t, b.ctx, b.db.Pool, n))
 	}
+	// The hourly schedule also has its normal slots, at each whole hour: a run that
+	// crosses one enqueues one of those too. Only the run-on-start jobs count here.
+	onStartJobs := func() []origin {
+		var out []origin
+		for _, o := range origins(t, b.ctx, b.db.Pool, "on-start") {
+			if o.RunOnStart {
+				out = append(out, o)
+			}
+		}
+		return out
+	}
+	before["on-start"] = len(onStartJobs())
 
 	b.start(t, b.db.Pool, cfg("after"))
 	fenceqtest.WaitFor(t, "three slots after the restart", 30*time.Second, func() bool {
 		return len(origins(t, b.ctx, b.db.Pool, "skip")) >= before["skip"]+4
 	})
 	// The restart's first pass ran at the run-on-start job's time.
-	onStart := origins(t, b.ctx, b.db.Pool, "on-start")
-	if len(onStart) != 2 || !onStart[0].RunOnStart || !onStart[1].RunOnStart || before["on-start"] != 1 {
+	onStart := onStartJobs()
+	if len(onStart) != 2 || before["on-start"] != 1 {
 		t.Fatalf("on-start jobs %+v (before the outage %d); want one at each start", onStart, before["on-start"])
 	}
 	restart, err := time.Parse(time.RFC3339Nano, onStart[1].At)
