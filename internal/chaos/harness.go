@@ -155,6 +155,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	sleepCtx(ctx, time.Until(deadline))
+	phase := time.Since(start).Round(time.Millisecond)
 	env.Restore()
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("chaos: run interrupted: %w", err)
@@ -179,6 +180,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	rep.FaultPhase = Duration(phase)
 	rep.Settle = Duration(settled.Round(time.Millisecond))
 	rep.Elapsed = Duration(time.Since(started).Round(time.Millisecond))
 	if f, err := os.Create(filepath.Join(env.LogDir, "report.json")); err == nil {

@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"bytes"
 	"encoding/json"
 	"reflect"
 	"slices"
@@ -115,5 +116,27 @@ func TestFaultRecordJSON(t *testing.T) {
 	want := `{"type":"pause","at":"1.5s","worker":1,"for":"3s","latency":"0s","target":"w2","started":"1.6s","took":"3.1s","fired":true,"proof":"state T"}`
 	if string(b) != want {
 		t.Fatalf("JSON of a fault record:\n got %s\nwant %s", b, want)
+	}
+}
+
+// TestReportNamesAnExtendedFaultPhase: the text report gives the fault phase as it ran,
+// and says so when a late fault made it longer than planned.
+func TestReportNamesAnExtendedFaultPhase(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		phase time.Duration
+		want  string
+	}{
+		{10 * time.Second, "faults for 10s, settled"},
+		{13500 * time.Millisecond, "faults for 13.5s (planned 10s; a late fault extended it), settled"},
+	} {
+		rep := &Report{Mode: "fenced", Duration: Duration(10 * time.Second), FaultPhase: Duration(c.phase)}
+		var buf bytes.Buffer
+		if err := rep.WriteText(&buf); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(buf.String(), c.want) {
+			t.Errorf("report of a %s phase:\n%s\nwant it to contain %q", c.phase, buf.String(), c.want)
+		}
 	}
 }

@@ -125,6 +125,9 @@ func runChaos(t *testing.T, cfg Config) *Report {
 		t.Fatalf("chaos run: %v", err)
 	}
 	logReport(t, rep)
+	if rep.FaultPhase < rep.Duration {
+		t.Errorf("fault phase %s reported shorter than the planned %s", rep.FaultPhase, rep.Duration)
+	}
 	if !rep.Pass && !cfg.Env.Naive && env != nil {
 		dumpLogs(t, env)
 	}

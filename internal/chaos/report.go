@@ -99,6 +99,9 @@ type Report struct {
 	Workers  int      `json:"workers"`
 	Lease    Duration `json:"lease"`
 	Duration Duration `json:"duration"`
+	// FaultPhase is how long the faults and the workload really ran: Duration, or
+	// longer when a late fault (one of a type not yet tried) fired after it.
+	FaultPhase Duration `json:"fault_phase"`
 	// Elapsed is the whole run; Settle how long the work took to drain after the
 	// faults stopped.
 	Elapsed Duration `json:"elapsed"`
@@ -472,7 +475,11 @@ func (r *Report) WriteText(w io.Writer) error {
 	}
 	p("chaos run (%s workers, seed %d): %s", r.Mode, r.Seed, verdict)
 	p("")
-	p("run\t%d worker processes, lease %s, faults for %s, settled in %s, %s in all", r.Workers, r.Lease, r.Duration, r.Settle, r.Elapsed)
+	phase := r.FaultPhase.String()
+	if r.FaultPhase > r.Duration {
+		phase += fmt.Sprintf(" (planned %s; a late fault extended it)", r.Duration)
+	}
+	p("run\t%d worker processes, lease %s, faults for %s, settled in %s, %s in all", r.Workers, r.Lease, phase, r.Settle, r.Elapsed)
 	p("schema\t%s (logs in %s)", r.Schema, r.LogDir)
 	if r.NoLeaseLog {
 		p("jobs\t%d in all: %s", r.Jobs.Total, formatCounts(r.Jobs.ByState))
