@@ -164,6 +164,65 @@ func TestDebounceReplacesWaitingJob(t *testing.T) {
 	}
 }
 
+// With a maximum wait, a replacement moves run_at to the end of the new window but never
+// past the waiting job's created_at plus the maximum wait; once that time has come, the
+// replacement takes the args and leaves the job due, in its state (available, or
+// scheduled for the next scheduling pass to promote).
+func TestDebounceMaxWaitCapsTheWait(t *testing.T) {
+	t.Parallel()
+	b := setupDebounce(t)
+	capped := func(key string) *fenceq.InsertOpts {
+		o := debounced(key, time.Hour)
+		o.Debounce.MaxWait = 2 * time.Hour
+		return o
+	}
+	first := b.enqueue(t, b.db.Pool, 1, capped("doc-1"))
+	if d := first.Job.RunAt.Sub(first.Job.CreatedAt); first.Debounced || d != time.Hour {
+		t.Fatalf("first enqueue %+v runs %s after its creation; want a new job, the window, 1h", first, d)
+	}
+	// The burst began 90 minutes ago: the next window would end 2h30m after it.
+	backdate := func(id int64, ago string) {
+		t.Helper()
+		if _, err := b.db.Pool.Exec(b.ctx, `UPDATE fenceq_jobs_hot SET created_at = now() - $2::interval WHERE id = $1`, id, ago); err != nil {
+			t.Fatal(err)
+		}
+	}
+	backdate(first.Job.ID, "90 minutes")
+	second := b.enqueue(t, b.db.Pool, 2, capped("doc-1"))
+	j := second.Job
+	if !second.Debounced || j.ID != first.Job.ID || revOf(t, j) != 2 || j.State != queue.StateScheduled {
+		t.Fatalf("second enqueue %+v (args %s); want job %d replaced, rev 2, scheduled", second, j.EncodedArgs, first.Job.ID)
+	}
+	if d := j.RunAt.Sub(j.CreatedAt); d != 2*time.Hour {
+		t.Fatalf("replaced job runs %s after the burst began; want the maximum wait, 2h", d)
+	}
+	// Past the maximum wait, a scheduled job stays scheduled and due, and an available
+	// one stays available: neither is pushed back.
+	backdate(j.ID, "3 hours")
+	third := b.enqueue(t, b.db.Pool, 3, capped("doc-1"))
+	if j := third.Job; !third.Debounced || revOf(t, j) != 3 || j.State != queue.StateScheduled ||
+		j.RunAt.Sub(j.CreatedAt) != 2*time.Hour {
+		t.Fatalf("enqueue past the maximum wait: %+v (args %s); want rev 3, scheduled at created_at + 2h", j, j.EncodedArgs)
+	}
+	b.makeDue(t, j.ID)
+	backdate(j.ID, "3 hours")
+	fourth := b.enqueue(t, b.db.Pool, 4, capped("doc-1"))
+	if j := fourth.Job; !fourth.Debounced || revOf(t, j) != 4 || j.State != queue.StateAvailable {
+		t.Fatalf("enqueue onto an available job past the maximum wait: %+v (args %s); want rev 4, still available", j, j.EncodedArgs)
+	}
+	if got := b.claim(t, b.db.Pool); len(got) != 1 || got[0].ID != j.ID {
+		t.Fatalf("claimed %d jobs; want the debounced job %d", len(got), j.ID)
+	}
+
+	// Without a maximum wait the same burst is pushed to the end of each window.
+	plain := b.enqueue(t, b.db.Pool, 1, debounced("doc-2", time.Hour))
+	backdate(plain.Job.ID, "3 hours")
+	again := b.enqueue(t, b.db.Pool, 2, debounced("doc-2", time.Hour))
+	if d := again.Job.RunAt.Sub(again.Job.CreatedAt); d < 4*time.Hour-time.Minute {
+		t.Fatalf("uncapped replacement runs %s after the burst began; want the new window's end, about 4h", d)
+	}
+}
+
 // A job that has started is never replaced: the next enqueue with its key inserts a new
 // job, and replaces that one after. A retry of the started job (retryable, then available
 // again) and a release of it do not collide with the new one, since it has left the
@@ -417,6 +476,8 @@ func TestDebounceRefusesBadInput(t *testing.T) {
 		{"UniqueByArgs", fenceq.InsertOpts{Unique: queue.UniqueOpts{ByArgs: true}, Debounce: queue.DebounceOpts{Key: "k", Window: time.Second}}, "debounce"},
 		{"RunIn", fenceq.InsertOpts{RunIn: time.Minute, Debounce: queue.DebounceOpts{Key: "k", Window: time.Second}}, "debounce"},
 		{"Unprintable", fenceq.InsertOpts{Debounce: queue.DebounceOpts{Key: "a\x00b", Window: time.Second}}, "debounce.key"},
+		{"MaxWaitBelowWindow", fenceq.InsertOpts{Debounce: queue.DebounceOpts{Key: "k", Window: time.Hour, MaxWait: time.Minute}}, "debounce.max_wait"},
+		{"MaxWaitNegative", fenceq.InsertOpts{Debounce: queue.DebounceOpts{Key: "k", Window: time.Hour, MaxWait: -time.Hour}}, "debounce.max_wait"},
 	}
 	for _, c := range cases {
 		_, err := fenceq.Enqueue(b.ctx, b.db.Pool, ReindexArgs{}, &c.opts)

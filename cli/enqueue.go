@@ -36,6 +36,7 @@ func enqueueCommand(e *env) *ucli.Command {
 			&ucli.StringFlag{Name: "flow-partition", Usage: "the job's `PARTITION` of --flow-limit, e.g. a customer id (default: the whole limit)"},
 			&ucli.StringFlag{Name: "debounce-key", Usage: "replace the waiting job of this kind with this `KEY` that has not started (or insert one); needs --debounce-window"},
 			&ucli.DurationFlag{Name: "debounce-window", Usage: "with --debounce-key: the job runs this long after the latest enqueue (e.g. 30s)"},
+			&ucli.DurationFlag{Name: "debounce-max-wait", Usage: "with --debounce-key: the job runs at the latest this long after the enqueue that created it, however often it is replaced (at least the window)"},
 			&ucli.BoolFlag{Name: "allow-unknown-kind", Usage: "accept a kind neither this binary nor a live worker knows"},
 		},
 		Action: enqueue,
@@ -51,7 +52,7 @@ type enqueueResult struct {
 
 // debounceFlag names the flag of a debounce field of a validation error.
 var debounceFlag = map[string]string{"debounce": "--debounce-key", "debounce.key": "--debounce-key",
-	"debounce.window": "--debounce-window"}
+	"debounce.window": "--debounce-window", "debounce.max_wait": "--debounce-max-wait"}
 
 func enqueue(c *ucli.Context) error {
 	if err := needArgs(c, 1, 1, "KIND [--args JSON] [flags]"); err != nil {
@@ -79,7 +80,8 @@ func enqueue(c *ucli.Context) error {
 	opts := &fenceq.InsertOpts{Queue: c.String("queue"), Priority: new(c.Int("priority")),
 		MaxAttempts: c.Int("max-attempts"), UniqueKey: c.String("unique-key"), RunIn: c.Duration("in"),
 		Tags: c.StringSlice("tag"), Flow: queue.FlowOpts{Limit: c.String("flow-limit"), Partition: c.String("flow-partition")},
-		Debounce: queue.DebounceOpts{Key: c.String("debounce-key"), Window: c.Duration("debounce-window")}}
+		Debounce: queue.DebounceOpts{Key: c.String("debounce-key"), Window: c.Duration("debounce-window"),
+			MaxWait: c.Duration("debounce-max-wait")}}
 	if opts.Flow.Limit == "" && opts.Flow.Partition != "" {
 		return usageError{Err: errors.New("--flow-partition needs --flow-limit, the limit it is a partition of")}
 	}

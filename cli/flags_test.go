@@ -27,7 +27,7 @@ var commandFlags = map[string][]string{
 		"tax-tail", "tax-error-rate", "housekeeping-interval", "http", "http-secret", "http-timeout", "http-retry-4xx", "http-config",
 		"log-level", "log-format", "database-url"},
 	"enqueue": {"args", "queue", "priority", "run-at", "in", "unique-key", "tag", "max-attempts", "flow-limit",
-		"flow-partition", "debounce-key", "debounce-window", "allow-unknown-kind", "database-url", "json"},
+		"flow-partition", "debounce-key", "debounce-window", "debounce-max-wait", "allow-unknown-kind", "database-url", "json"},
 	"jobs":              {},
 	"jobs list":         {"state", "queue", "kind", "tag", "args", "metadata", "error", "created-after", "created-before", "unknown-kinds", "live-within", "limit", "before", "database-url", "json"},
 	"jobs show":         {"database-url", "json"},

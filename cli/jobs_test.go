@@ -74,6 +74,13 @@ func TestEnqueue(t *testing.T) {
 	if out := b.ok(t, "enqueue", "noop", "--debounce-key", "doc-7", "--debounce-window", "1h"); !strings.Contains(out, "had not started") {
 		t.Errorf("human output of a debounced enqueue %q", out)
 	}
+	// With a maximum wait of 2h, the job created a moment ago runs 2h after its creation,
+	// not 2h after this enqueue.
+	var capped enqueued
+	b.okJSON(t, &capped, "enqueue", "noop", "--debounce-key", "doc-7", "--debounce-window", "2h", "--debounce-max-wait", "2h")
+	if !capped.Debounced || capped.Job.ID != d.ID || capped.Job.RunAt.Sub(capped.Job.CreatedAt) != 2*time.Hour {
+		t.Fatalf("capped debounced enqueue: %+v; want job %d run at its created_at plus 2h", capped, d.ID)
+	}
 }
 
 func TestEnqueueErrors(t *testing.T) {
@@ -95,6 +102,7 @@ func TestEnqueueErrors(t *testing.T) {
 		{[]string{"noop", "--queue", "bad queue"}, "queue"},
 		{[]string{"noop", "--debounce-key", "k"}, "--debounce-window: invalid debounce.window"},
 		{[]string{"noop", "--debounce-window", "1m"}, "--debounce-key: invalid debounce.key"},
+		{[]string{"noop", "--debounce-key", "k", "--debounce-window", "1h", "--debounce-max-wait", "1m"}, "--debounce-max-wait: invalid debounce.max_wait"},
 		{[]string{"noop", "--debounce-key", "k", "--debounce-window", "1m", "--unique-key", "u"}, "--debounce-key: invalid debounce: cannot be combined with a unique key"},
 		{[]string{}, "usage: fenceq enqueue KIND"},
 	} {

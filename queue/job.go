@@ -107,7 +107,9 @@ type InsertResult struct {
 // priority, max attempts, tags and metadata and moves its run_at to the database's
 // now() plus Window, so that only the latest of a burst of enqueues runs, once the
 // burst has been quiet for Window. A job that has started is never changed: the enqueue
-// inserts a new job, which waits for its own window. The zero value adds nothing.
+// inserts a new job, which waits for its own window. With MaxWait, a burst that never
+// goes quiet still runs: the job waits at most MaxWait after the enqueue that created
+// it. The zero value adds nothing.
 //
 // The database decides, race-free: the key is a partial unique index over the jobs that
 // have not started, and the enqueue is one INSERT … ON CONFLICT … DO UPDATE on it. A
@@ -120,10 +122,14 @@ type DebounceOpts struct {
 	Key string
 	// Window is how long the job waits after the latest enqueue: more than 0.
 	Window time.Duration
+	// MaxWait, when set, caps the wait: the job runs at the latest MaxWait after the
+	// enqueue that created it (its created_at), however often later enqueues replace
+	// its args. At least Window; 0 for no cap.
+	MaxWait time.Duration
 }
 
 // IsZero reports whether d adds nothing.
-func (d DebounceOpts) IsZero() bool { return d.Key == "" && d.Window == 0 }
+func (d DebounceOpts) IsZero() bool { return d.Key == "" && d.Window == 0 && d.MaxWait == 0 }
 
 // UniqueOpts makes a job unique by more than one explicit key: by its args, by period,
 // by queue, and in a chosen set of states. The zero value adds nothing.

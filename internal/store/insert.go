@@ -123,6 +123,9 @@ func (p *InsertParams) normalizeDebounce() error {
 	if d.Window <= 0 {
 		return invalid("debounce.window", "%s: want more than 0 (the job waits this long after the latest enqueue)", d.Window)
 	}
+	if d.MaxWait != 0 && d.MaxWait < d.Window {
+		return invalid("debounce.max_wait", "%s: want 0 (no cap) or at least the window, %s", d.MaxWait, d.Window)
+	}
 	if p.unique.key != "" {
 		return invalid("debounce", "cannot be combined with a unique key (unique_key or unique): a debounced job replaces the waiting one instead")
 	}
@@ -223,7 +226,8 @@ func insert(ctx context.Context, db queue.DBTX, p InsertParams) (*queue.InsertRe
 func insertDebounced(ctx context.Context, db queue.DBTX, p InsertParams) (*queue.InsertResult, error) {
 	var debounced bool
 	j, err := scanJobWith(db.QueryRow(ctx, sqlInsertDebounced, p.Queue, p.Kind, p.Args, *p.Priority,
-		micros(p.Debounce.Window), p.MaxAttempts, p.Metadata, p.tagsParam(), p.Debounce.Key), &debounced)
+		micros(p.Debounce.Window), p.MaxAttempts, p.Metadata, p.tagsParam(), p.Debounce.Key,
+		micros(p.Debounce.MaxWait)), &debounced)
 	if err != nil {
 		return nil, fmt.Errorf("insert %s job with debounce key %q into queue %q: %w", p.Kind, p.Debounce.Key, p.Queue, err)
 	}
