@@ -669,8 +669,10 @@ func TestLayoutAllLayouts(t *testing.T) {
 				t.Errorf("%s: %s = %v, want > 0", s.Name, k, m[k])
 			}
 		}
-		if _, ok := m[MetricVacuumMs]; !ok {
-			t.Errorf("%s: no %s", s.Name, MetricVacuumMs)
+		for _, k := range []string{MetricVacuumMs, MetricClaimRetries} {
+			if _, ok := m[k]; !ok {
+				t.Errorf("%s: no %s", s.Name, k)
+			}
 		}
 		// Each job's completion leaves at least one dead row version behind (the claimed
 		// version, or the deleted hot row), until VACUUM.
@@ -681,8 +683,29 @@ func TestLayoutAllLayouts(t *testing.T) {
 			t.Errorf("%s: %v heap blocks per claim, fewer than the %v per job", s.Name, m[MetricHeapBlksPerClaim], m[MetricHeapBlksPerJob])
 		}
 	}
-	if strings.Join(names, ",") != "single,split,partitioned,narrow" {
+	if strings.Join(names, ",") != "single,split,partitioned,narrow,heaponly" {
 		t.Fatalf("layouts %v", names)
+	}
+	// The claim updates every job once (the completions of split and heaponly delete,
+	// those of the others update again). Only heaponly's claim can be heap-only, and
+	// with half of each page free most of them are; every other layout's updates
+	// change an indexed column, so none is.
+	for _, s := range rep.Systems {
+		pct, ok := s.Runs[0].Metrics[MetricHOTPct]
+		switch {
+		case !ok:
+			t.Errorf("%s: no %s", s.Name, MetricHOTPct)
+		case s.Name == LayoutHeapOnly && pct < 50:
+			t.Errorf("%s: %.1f%% of updates heap-only, want most", s.Name, pct)
+		case s.Name != LayoutHeapOnly && pct != 0:
+			t.Errorf("%s: %.1f%% of updates heap-only, want none", s.Name, pct)
+		}
+	}
+	// A heap-only claim writes no index entry: heaponly touches fewer index blocks per
+	// job than split, whose claim adds a primary-key and a lease-index entry per job.
+	if h, s := sideOf(t, rep, LayoutHeapOnly).Runs[0].Metrics[MetricIdxBlksPerJob],
+		sideOf(t, rep, LayoutSplit).Runs[0].Metrics[MetricIdxBlksPerJob]; h >= s {
+		t.Errorf("index blocks per job: heaponly %v, split %v; want fewer for heaponly", h, s)
 	}
 	// The drain grows the hot tables of single (every completed row stays) and of split
 	// (dead versions until VACUUM); VACUUM shrinks none. How much VACUUM can truncate
@@ -694,7 +717,7 @@ func TestLayoutAllLayouts(t *testing.T) {
 				m[MetricHotPagesBefore], m[MetricHotPagesAfter], m[MetricHotPagesVacuumed])
 		}
 	}
-	if len(rep.Ratios) != 3*len(ratioMetrics[WorkloadLayout]) || rep.Ratios[0].To != LayoutSingle || rep.Ratios[0].Of != LayoutSplit {
+	if len(rep.Ratios) != (len(Layouts)-1)*len(ratioMetrics[WorkloadLayout]) || rep.Ratios[0].To != LayoutSingle || rep.Ratios[0].Of != LayoutSplit {
 		t.Errorf("ratios %+v, want each layout over single", rep.Ratios)
 	}
 	var text bytes.Buffer

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // The layout workload compares ways of storing jobs at the bare-SQL level, like the
@@ -27,10 +28,11 @@ const (
 	LayoutSplit       = "split"
 	LayoutPartitioned = "partitioned"
 	LayoutNarrow      = "narrow"
+	LayoutHeapOnly    = "heaponly"
 )
 
 // Layouts lists the layouts of the layout workload in report order.
-var Layouts = []string{LayoutSingle, LayoutSplit, LayoutPartitioned, LayoutNarrow}
+var Layouts = []string{LayoutSingle, LayoutSplit, LayoutPartitioned, LayoutNarrow, LayoutHeapOnly}
 
 // Metrics of the layout workload. Blocks are buffer accesses (pg_statio_user_tables
 // heap_blks_hit + heap_blks_read, idx_blks_hit + idx_blks_read) summed over the
@@ -47,6 +49,7 @@ const (
 	MetricHotPagesAfter       = "hot_pages_after"        // right after it
 	MetricHotPagesVacuumed    = "hot_pages_vacuumed"     // after that VACUUM
 	MetricClaims              = "claims"                 // claims that returned jobs
+	MetricClaimRetries        = "claim_retries"          // claims that failed with a serialization error and were taken again
 )
 
 // layoutColumns are fenceq_jobs' columns after the id, as the core migrations leave
@@ -153,7 +156,9 @@ SELECT %s'default', 'bench_noop', jsonb_build_object('seq', -g), 'completed', 1,
 FROM generate_series($1::bigint, $2::bigint) g`
 
 // The claim of every layout but narrow: %[1]s is the table, %[2]s and %[3]s extra
-// conditions on the claimed rows and on the updated ones, %[4]s the cursor's.
+// conditions on the claimed rows and on the updated ones, %[4]s the cursor's. The
+// update finds the claimed rows by primary key, as the engine's claim does (id = ANY of
+// an array): a join with the CTE is planned as a hash join over the whole table.
 const sqlLayoutClaim = `
 WITH next AS (
     SELECT id FROM %[1]s
@@ -164,7 +169,7 @@ WITH next AS (
 UPDATE %[1]s j
 SET state = 'running', attempt = attempt + 1, lease_gen = lease_gen + 1, leased_by = $2,
     heartbeat_at = now(), attempted_at = now(), lease_expires_at = now() + interval '1 minute'
-FROM next WHERE j.id = next.id%[3]s
+WHERE j.id = ANY (ARRAY(SELECT id FROM next))%[3]s
 RETURNING j.id, j.lease_gen, j.priority, j.run_at`
 
 // sqlLayoutCursor is the condition of a claim after a cursor.
@@ -177,10 +182,19 @@ func layoutClaims(format string, args ...any) (start, after string) {
 	return fmt.Sprintf(format, append(args, "")...), fmt.Sprintf(format, append(args, sqlLayoutCursor)...)
 }
 
-const sqlLayoutCompleteUpdate = `
+// sqlLayoutBatch is the completions' batch, as the engine's completion has it: the
+// state compared with a column of a materialized batch, not with a constant, so that
+// the planner finds the rows by id in the primary key. With state = 'running' as a
+// restriction it scans the running range of the lease index, walking the entry of
+// every job claimed since the last VACUUM, and the drain slows as it goes.
+const sqlLayoutBatch = `
+WITH l AS MATERIALIZED (
+    SELECT l.*, 'running'::text AS lstate FROM unnest($1::bigint[], $2::bigint[]) AS l(lid, lgen))`
+
+const sqlLayoutCompleteUpdate = sqlLayoutBatch + `
 UPDATE %s j SET state = 'completed', finished_at = now(), lease_expires_at = NULL%s
-FROM unnest($1::bigint[], $2::bigint[]) AS l(id, gen)
-WHERE j.id = l.id AND j.lease_gen = l.gen AND j.state = 'running'%s`
+FROM l
+WHERE j.id = l.lid AND j.lease_gen = l.lgen AND j.state = l.lstate%s`
 
 const sqlLayoutVerify = `
 SELECT count(*) FILTER (WHERE state = 'completed' AND attempt = 1 AND lease_gen = 1),
@@ -222,10 +236,10 @@ func layoutSplit() layoutDef {
 		retain:      fmt.Sprintf(sqlRetainJobs, "jobs_history", "id, ", "g, "),
 		afterRetain: "SELECT setval(pg_get_serial_sequence('jobs', 'id'), $1::bigint)",
 		fill:        sqlFillJobs,
-		complete: `
-WITH d AS (
-    DELETE FROM jobs j USING unnest($1::bigint[], $2::bigint[]) AS l(lid, lgen)
-    WHERE j.id = l.lid AND j.lease_gen = l.lgen AND j.state = 'running'
+		complete: sqlLayoutBatch + `,
+d AS (
+    DELETE FROM jobs j USING l
+    WHERE j.id = l.lid AND j.lease_gen = l.lgen AND j.state = l.lstate
     RETURNING j.*)
 INSERT INTO jobs_history (id, ` + layoutColumnNames + `)
 SELECT id, queue, kind, args, 'completed', priority, run_at, attempt, max_attempts, lease_gen, leased_by,
@@ -293,7 +307,39 @@ FROM jobs WHERE (args->>'seq')::bigint >= 0`,
 	return d
 }
 
-// sqlNarrowClaim is the narrow layout's claim; %s is the cursor's condition.
+// layoutHeapOnly is split with the claim order moved out to a narrow table, as narrow
+// does, and no index on the table of unfinished jobs over a column that a claim changes
+// (state, lease_expires_at, or one in an index's predicate): only its primary key. The
+// table is filled to half its pages, so that a claim finds room for the new row version
+// on the row's own page. A claim is then a heap-only (HOT) update, writing no index
+// entry. What the engine would lose with it is in docs/performance.md: the reaper would
+// read the table's heap, and the unique keys and the waiting jobs by kind would need
+// tables of their own.
+func layoutHeapOnly() layoutDef {
+	d := layoutSplit()
+	d.name = LayoutHeapOnly
+	d.describe = "split's two tables, with no index on the hot table but its primary key (fillfactor 50), plus " +
+		"narrow's table ready (queue, priority, run_at, id); a claim DELETEs its entries from ready and UPDATEs " +
+		"the job rows, a heap-only update; completion as split"
+	d.ddl = []string{sqlLayoutMaskFunction,
+		"CREATE TABLE jobs (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY," + layoutColumns + ") WITH (fillfactor = 50)",
+		"CREATE TABLE jobs_history (id bigint PRIMARY KEY," + layoutColumns + ")",
+		"CREATE TABLE ready (queue text NOT NULL, priority smallint NOT NULL, run_at timestamptz NOT NULL, " +
+			"id bigint NOT NULL, PRIMARY KEY (queue, priority, run_at, id))",
+		"CREATE INDEX ON jobs_history (finished_at)", "CREATE INDEX ON jobs_history (kind, id)"}
+	d.tables = []string{"jobs", "jobs_history", "ready"}
+	d.hot = []string{"jobs", "ready"}
+	d.afterFill = layoutNarrow().afterFill
+	d.verify = `
+SELECT (SELECT count(*) FROM jobs_history
+        WHERE (args->>'seq')::bigint >= 0 AND state = 'completed' AND attempt = 1 AND lease_gen = 1),
+       (SELECT count(*) FROM jobs) + (SELECT count(*) FROM ready)`
+	d.claimStart, d.claimAfter = layoutClaims(sqlNarrowClaim)
+	return d
+}
+
+// sqlNarrowClaim is the claim of the layouts with a ready table; %s is the cursor's
+// condition. The job rows are found by primary key (see sqlLayoutClaim).
 const sqlNarrowClaim = `
 WITH next AS (
     SELECT queue, priority, run_at, id FROM ready
@@ -308,7 +354,7 @@ gone AS (
 UPDATE jobs j
 SET state = 'running', attempt = attempt + 1, lease_gen = lease_gen + 1, leased_by = $2,
     heartbeat_at = now(), attempted_at = now(), lease_expires_at = now() + interval '1 minute'
-FROM gone WHERE j.id = gone.id AND j.state = 'available'
+WHERE j.id = ANY (ARRAY(SELECT id FROM gone)) AND j.state = 'available'
 RETURNING j.id, j.lease_gen, j.priority, j.run_at`
 
 func layoutByName(name string) (layoutDef, bool) {
@@ -321,6 +367,8 @@ func layoutByName(name string) (layoutDef, bool) {
 		return layoutPartitioned(), true
 	case LayoutNarrow:
 		return layoutNarrow(), true
+	case LayoutHeapOnly:
+		return layoutHeapOnly(), true
 	}
 	return layoutDef{}, false
 }
@@ -380,12 +428,17 @@ func runLayout(ctx context.Context, cfg Config) (*Report, error) {
 // layoutSample is a reading of the statistics of the layout's schema.
 type layoutSample struct {
 	heap, idx, dead int64
+	// upd and hotUpd are the rows updated in the schema's tables, and of them those
+	// updated heap-only (HOT).
+	upd, hotUpd int64
 }
 
 const sqlLayoutStatio = `
 SELECT COALESCE(sum(heap_blks_hit + heap_blks_read), 0)::bigint,
        COALESCE(sum(COALESCE(idx_blks_hit, 0) + COALESCE(idx_blks_read, 0)), 0)::bigint,
-       (SELECT COALESCE(sum(n_dead_tup), 0)::bigint FROM pg_stat_user_tables WHERE schemaname = current_schema())
+       (SELECT COALESCE(sum(n_dead_tup), 0)::bigint FROM pg_stat_user_tables WHERE schemaname = current_schema()),
+       (SELECT COALESCE(sum(n_tup_upd), 0)::bigint FROM pg_stat_user_tables WHERE schemaname = current_schema()),
+       (SELECT COALESCE(sum(n_tup_hot_upd), 0)::bigint FROM pg_stat_user_tables WHERE schemaname = current_schema())
 FROM pg_statio_user_tables WHERE schemaname = current_schema()`
 
 const sqlHotPages = `
@@ -400,7 +453,7 @@ func layoutSettled(ctx context.Context, c *pgx.Conn) (layoutSample, error) {
 		if _, err := c.Exec(ctx, sqlClearSnapshot); err != nil {
 			return s, fmt.Errorf("clear statistics snapshot: %w", err)
 		}
-		if err := c.QueryRow(ctx, sqlLayoutStatio).Scan(&s.heap, &s.idx, &s.dead); err != nil {
+		if err := c.QueryRow(ctx, sqlLayoutStatio).Scan(&s.heap, &s.idx, &s.dead, &s.upd, &s.hotUpd); err != nil {
 			return s, fmt.Errorf("read pg_statio_user_tables: %w", err)
 		}
 		return s, nil
@@ -536,25 +589,33 @@ func layoutOnce(ctx context.Context, cfg Config, d layoutDef) (*RunResult, error
 	m[MetricHeapBlksPerClaim], m[MetricIdxBlksPerClaim] = heap/claims, idx/claims
 	m[MetricHeapBlksPerJob], m[MetricIdxBlksPerJob] = heap/jobs, idx/jobs
 	m[MetricDeadTuples] = float64(after.dead)
+	if upd := after.upd - before.upd; upd > 0 {
+		m[MetricHOTPct] = 100 * float64(after.hotUpd-before.hotUpd) / float64(upd)
+	}
 	if dr.explainBlks > 0 {
 		m[MetricExplainBlksPerClaim] = float64(dr.explainBlks)
 	}
 	m[MetricClaims], m[MetricJobs], m[MetricSeconds] = claims, jobs, dr.elapsed.Seconds()
+	m[MetricClaimRetries] = float64(dr.retries)
 	return &RunResult{System: d.name, Metrics: m, Schema: e.schema}, nil
 }
 
 // layoutDrain is what a drain of a layout did.
 type layoutDrain struct {
 	jobs, claims int64
-	elapsed      time.Duration
-	explainBlks  int64 // shared buffers of the claim explained mid-drain; 0 if none was
+	// retries are the claims taken again after a serialization failure: in the
+	// partitioned layout, a claim that meets a row a completion moved to the history
+	// partition fails ("tuple to be locked was already moved to another partition").
+	retries     int64
+	elapsed     time.Duration
+	explainBlks int64 // shared buffers of the claim explained mid-drain; 0 if none was
 }
 
 // drainLayout works the layout's jobs down with CeilingClaimers claimers, and halfway
 // explains one claim (in a transaction rolled back, so it claims nothing).
 func drainLayout(ctx context.Context, e *env, d layoutDef) (layoutDrain, error) {
 	want := int64(e.cfg.Jobs)
-	var done, claims atomic.Int64
+	var done, claims, retries atomic.Int64
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	errs := make(chan error, e.cfg.CeilingClaimers+1)
@@ -566,7 +627,7 @@ func drainLayout(ctx context.Context, e *env, d layoutDef) (layoutDrain, error) 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := layoutClaimLoop(cctx, e, d, fmt.Sprintf("layout-%d", i), want, &done, &claims, t0, &last, &shared); err != nil && cctx.Err() == nil {
+			if err := layoutClaimLoop(cctx, e, d, fmt.Sprintf("layout-%d", i), want, &done, &claims, &retries, t0, &last, &shared); err != nil && cctx.Err() == nil {
 				errs <- err
 				cancel()
 			}
@@ -605,7 +666,8 @@ func drainLayout(ctx context.Context, e *env, d layoutDef) (layoutDrain, error) 
 			if err := ctx.Err(); err != nil {
 				return layoutDrain{}, err
 			}
-			return layoutDrain{jobs: done.Load(), claims: claims.Load(), elapsed: time.Duration(last.Load()), explainBlks: explainBlks}, nil
+			return layoutDrain{jobs: done.Load(), claims: claims.Load(), retries: retries.Load(),
+				elapsed: time.Duration(last.Load()), explainBlks: explainBlks}, nil
 		case <-tick.C:
 			progressf(e.cfg.Progress, "  %s: %d/%d jobs\n", d.name, done.Load(), want)
 			if time.Since(t0) > limit {
@@ -665,7 +727,7 @@ func (d layoutDef) claimArgs(cur *layoutCursor, claimer string) (string, []any) 
 // starts after the position where the claimer's previous one ended; a claim after it
 // that finds nothing is followed by one from the start, which finds the jobs skipped
 // behind it (locked then, free now).
-func layoutClaimLoop(ctx context.Context, e *env, d layoutDef, id string, want int64, done, claims *atomic.Int64,
+func layoutClaimLoop(ctx context.Context, e *env, d layoutDef, id string, want int64, done, claims, retries *atomic.Int64,
 	t0 time.Time, last *atomic.Int64, shared *lastCursor) error {
 	ids := make([]int64, 0, ceilingBatch)
 	gens := make([]int64, 0, ceilingBatch)
@@ -674,6 +736,10 @@ func layoutClaimLoop(ctx context.Context, e *env, d layoutDef, id string, want i
 		ids, gens = ids[:0], gens[:0]
 		q, args := d.claimArgs(cur, id)
 		rows, err := e.pool.Query(ctx, q, args...)
+		if isSerializationFailure(err) {
+			retries.Add(1)
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("claim: %w", err)
 		}
@@ -691,7 +757,12 @@ func layoutClaimLoop(ctx context.Context, e *env, d layoutDef, id string, want i
 			}
 			ids, gens = append(ids, jid), append(gens, gen)
 		}
-		if err := rows.Err(); err != nil {
+		if err := rows.Err(); isSerializationFailure(err) {
+			// Nothing was claimed, even of the rows already read: the statement rolled
+			// back whole.
+			retries.Add(1)
+			continue
+		} else if err != nil {
 			return fmt.Errorf("claim: %w", err)
 		}
 		if len(ids) == 0 {
@@ -719,6 +790,12 @@ func layoutClaimLoop(ctx context.Context, e *env, d layoutDef, id string, want i
 		last.Store(int64(time.Since(t0)))
 	}
 	return nil
+}
+
+// isSerializationFailure reports whether err is PostgreSQL's serialization_failure.
+func isSerializationFailure(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "40001"
 }
 
 // explainClaim runs one claim after cur under EXPLAIN (ANALYZE, BUFFERS) in a

@@ -74,7 +74,7 @@ var workloadMetrics = map[string][]string{
 	WorkloadSteady: {MetricJobsPerSec, MetricInsertedPerSec},
 	WorkloadIdle:   {MetricXactPerSec, MetricStmtsPerSec, MetricClaimsPerSec},
 	WorkloadLayout: {MetricJobsPerSec, MetricWALPerJob, MetricHeapBlksPerClaim, MetricIdxBlksPerClaim,
-		MetricHeapBlksPerJob, MetricIdxBlksPerJob, MetricExplainBlksPerClaim, MetricDeadTuples, MetricVacuumMs,
+		MetricHeapBlksPerJob, MetricIdxBlksPerJob, MetricExplainBlksPerClaim, MetricDeadTuples, MetricHOTPct, MetricVacuumMs,
 		MetricHotPagesBefore, MetricHotPagesAfter, MetricHotPagesVacuumed},
 	WorkloadLatency: {MetricP50, MetricP95, MetricP99, MetricMeanMs, MetricMaxMs, MetricPickupP50, MetricPickupP99, MetricArrivalRate},
 }
@@ -83,7 +83,7 @@ var workloadMetrics = map[string][]string{
 // ones; they report none of the other workloads' per-job statistics.
 var ownMetrics = map[string][]string{
 	WorkloadIdle:   {MetricSeconds},
-	WorkloadLayout: {MetricClaims, MetricJobs, MetricSeconds},
+	WorkloadLayout: {MetricClaims, MetricClaimRetries, MetricJobs, MetricSeconds},
 }
 
 // ratioMetrics are the metrics whose medians a workload's ratios divide, where they

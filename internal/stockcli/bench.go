@@ -35,9 +35,10 @@ func benchCommand() *ucli.Command {
 			"           a database the bench creates and drops (needs CREATEDB), statements/s\n" +
 			"           and claims/s, medians and the ratio N queues / 1 queue\n" +
 			"  layout   storage layouts at the bare-SQL level (--layouts single,split,partitioned,\n" +
-			"           narrow): --retained finished jobs, --jobs drained by --ceiling-claimers\n" +
-			"           (claim 1,000, one batched fenced completion each); jobs/s, WAL per job,\n" +
-			"           heap and index blocks per claim and per job, dead tuples, VACUUM time,\n" +
+			"           narrow,heaponly): --retained finished jobs, --jobs drained by\n" +
+			"           --ceiling-claimers (claim 1,000, one batched fenced completion each);\n" +
+			"           jobs/s, WAL per job, heap and index blocks per claim and per job, dead\n" +
+			"           tuples, the share of heap-only updates, claims retried, VACUUM time,\n" +
 			"           pages of the hot tables\n" +
 			"  ui       the dashboard's pages' server time with --rows finished jobs retained\n" +
 			"           (each size in a schema of its own, seeded, rolled up and analysed),\n" +
