@@ -155,7 +155,7 @@ SELECT %s'default', 'bench_noop', jsonb_build_object('seq', -g), 'completed', 1,
        now() - interval '1 hour', now() - interval '1 hour', now() - interval '1 hour', now() - interval '1 hour'
 FROM generate_series($1::bigint, $2::bigint) g`
 
-// The claim of every layout but narrow: %[1]s is the table, %[2]s and %[3]s extra
+// The claim of the layouts without a ready table: %[1]s is the table, %[2]s and %[3]s extra
 // conditions on the claimed rows and on the updated ones, %[4]s the cursor's. The
 // update finds the claimed rows by primary key, as the engine's claim does (id = ANY of
 // an array): a join with the CTE is planned as a hash join over the whole table.
