@@ -166,8 +166,8 @@ func TestDebounceReplacesWaitingJob(t *testing.T) {
 
 // With a maximum wait, a replacement moves run_at to the end of the new window but never
 // past the waiting job's created_at plus the maximum wait; once that time has come, the
-// replacement takes the args and leaves the job due, in its state (available, or
-// scheduled for the next scheduling pass to promote).
+// replacement takes the args and the job is available at once, whether it was scheduled
+// or already available.
 func TestDebounceMaxWaitCapsTheWait(t *testing.T) {
 	t.Parallel()
 	b := setupDebounce(t)
@@ -196,13 +196,13 @@ func TestDebounceMaxWaitCapsTheWait(t *testing.T) {
 	if d := j.RunAt.Sub(j.CreatedAt); d != 2*time.Hour {
 		t.Fatalf("replaced job runs %s after the burst began; want the maximum wait, 2h", d)
 	}
-	// Past the maximum wait, a scheduled job stays scheduled and due, and an available
-	// one stays available: neither is pushed back.
+	// Past the maximum wait, a scheduled job becomes available, and an available one
+	// stays available: neither is pushed back.
 	backdate(j.ID, "3 hours")
 	third := b.enqueue(t, b.db.Pool, 3, capped("doc-1"))
-	if j := third.Job; !third.Debounced || revOf(t, j) != 3 || j.State != queue.StateScheduled ||
+	if j := third.Job; !third.Debounced || revOf(t, j) != 3 || j.State != queue.StateAvailable ||
 		j.RunAt.Sub(j.CreatedAt) != 2*time.Hour {
-		t.Fatalf("enqueue past the maximum wait: %+v (args %s); want rev 3, scheduled at created_at + 2h", j, j.EncodedArgs)
+		t.Fatalf("enqueue past the maximum wait: %+v (args %s); want rev 3, available, run_at created_at + 2h", j, j.EncodedArgs)
 	}
 	b.makeDue(t, j.ID)
 	backdate(j.ID, "3 hours")

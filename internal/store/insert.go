@@ -221,17 +221,39 @@ func insert(ctx context.Context, db queue.DBTX, p InsertParams) (*queue.InsertRe
 // its args and options to the waiting job of the same kind and key: one INSERT … ON
 // CONFLICT … DO UPDATE on fenceq_jobs_hot_debounce_idx, which holds only the jobs that
 // have not started. A claim that takes the waiting job first moves it out of that index,
-// and the insert then adds a new job. The job is always scheduled (its run_at is the
-// end of the window), so no queue is notified.
+// and the insert then adds a new job. The job is scheduled at the end of its window, so no
+// queue is notified. With a maximum wait, a replaced job whose window now ends after its
+// created_at plus that wait is moved back to that time in the same transaction
+// (sqlCapDebounced), and made available if the time has come; a worker then takes it at
+// its next poll.
 func insertDebounced(ctx context.Context, db queue.DBTX, p InsertParams) (*queue.InsertResult, error) {
-	var debounced bool
-	j, err := scanJobWith(db.QueryRow(ctx, sqlInsertDebounced, p.Queue, p.Kind, p.Args, *p.Priority,
-		micros(p.Debounce.Window), p.MaxAttempts, p.Metadata, p.tagsParam(), p.Debounce.Key,
-		micros(p.Debounce.MaxWait)), &debounced)
+	var res *queue.InsertResult
+	run := func(db queue.DBTX) error {
+		var debounced bool
+		j, err := scanJobWith(db.QueryRow(ctx, sqlInsertDebounced, p.Queue, p.Kind, p.Args, *p.Priority,
+			micros(p.Debounce.Window), p.MaxAttempts, p.Metadata, p.tagsParam(), p.Debounce.Key), &debounced)
+		if err != nil {
+			return err
+		}
+		if deadline := j.CreatedAt.Add(p.Debounce.MaxWait); debounced && p.Debounce.MaxWait > 0 && deadline.Before(j.RunAt) {
+			id := j.ID
+			if j, err = scanJob(db.QueryRow(ctx, sqlCapDebounced, id, deadline)); err != nil {
+				return fmt.Errorf("cap job %d's wait at %s: %w", id, deadline.Format(time.RFC3339Nano), err)
+			}
+		}
+		res = &queue.InsertResult{Job: j, Debounced: debounced}
+		return nil
+	}
+	var err error
+	if p.Debounce.MaxWait > 0 {
+		err = inTx(ctx, db, run)
+	} else {
+		err = run(db)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("insert %s job with debounce key %q into queue %q: %w", p.Kind, p.Debounce.Key, p.Queue, err)
 	}
-	return &queue.InsertResult{Job: j, Debounced: debounced}, nil
+	return res, nil
 }
 
 // InsertMany enqueues many jobs with COPY and returns how many rows were inserted. Jobs

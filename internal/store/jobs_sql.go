@@ -31,28 +31,31 @@ RETURNING ` + jobColumns
 
 // sqlInsertDebounced inserts a debounced job, or replaces the args and options of the
 // job of the same kind and debounce key that has not started: $5 the window (µs), $9
-// the key, $10 the maximum wait (µs, 0 for none). The conflict target spells the
-// predicate of fenceq_jobs_hot_debounce_idx exactly. The job is scheduled at the end of
-// the window, but with a maximum wait not after its created_at plus that wait; created_at
-// and the id stay. A replaced job whose capped run_at has come keeps its state: an
-// available job stays claimable, a scheduled one is promoted by the next scheduling pass
-// as any due job. xmax is 0 on a row this statement inserted and set on one it updated.
+// the key. The conflict target spells the predicate of fenceq_jobs_hot_debounce_idx
+// exactly. The job is scheduled at the end of the window either way; created_at and the
+// id stay. xmax is 0 on a row this statement inserted and set on one it updated. The DO
+// UPDATE SET list uses only EXCLUDED's values: Citus refuses a function that is not
+// immutable there (now(), timestamptz + interval), so a maximum wait is applied by
+// sqlCapDebounced after it.
 var sqlInsertDebounced = `
 INSERT INTO fenceq_jobs_hot AS j (queue, kind, args, priority, run_at, max_attempts, state, metadata, tags,
     debounce_key)
 VALUES ($1, $2, $3, $4, now() + $5::bigint * interval '1 microsecond', $6, ` + sqlScheduled + `, $7, $8, $9)
 ON CONFLICT (kind, debounce_key) WHERE ` + debounceWaiting + `
 DO UPDATE SET queue = EXCLUDED.queue, args = EXCLUDED.args, priority = EXCLUDED.priority,
-    run_at = ` + debounceRunAt + `, max_attempts = EXCLUDED.max_attempts,
-    state = CASE WHEN ` + debounceRunAt + ` <= now() THEN j.state ELSE EXCLUDED.state END,
+    run_at = EXCLUDED.run_at, max_attempts = EXCLUDED.max_attempts, state = EXCLUDED.state,
     metadata = EXCLUDED.metadata, tags = EXCLUDED.tags
 RETURNING ` + jobColumns + `, j.xmax::text <> '0'`
 
-// debounceRunAt is the run_at of a replaced debounced job: the end of the new window,
-// capped at the waiting job's created_at plus the maximum wait ($10, µs) when one is set.
-const debounceRunAt = `CASE WHEN $10::bigint > 0
-        THEN LEAST(EXCLUDED.run_at, j.created_at + $10::bigint * interval '1 microsecond')
-        ELSE EXCLUDED.run_at END`
+// sqlCapDebounced moves the run_at of debounced job $1, which sqlInsertDebounced just
+// replaced in the same transaction (so its row is locked), back to $2, its created_at
+// plus the maximum wait; when that time has come, the job is available at once. The
+// guard repeats that the job has not started.
+var sqlCapDebounced = `
+UPDATE fenceq_jobs_hot SET run_at = $2::timestamptz,
+    state = CASE WHEN $2::timestamptz <= now() THEN ` + sqlAvailable + ` ELSE state END
+WHERE id = $1 AND lease_gen = 0 AND state IN (` + sqlAvailable + `, ` + sqlScheduled + `)
+RETURNING ` + jobColumns
 
 // debounceWaiting is the predicate of fenceq_jobs_hot_debounce_idx: a job with a debounce
 // key that was never claimed (lease_gen grows at every claim and never shrinks) and waits.
