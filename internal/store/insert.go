@@ -237,7 +237,13 @@ func insertDebounced(ctx context.Context, db queue.DBTX, p InsertParams) (*queue
 		}
 		if deadline := j.CreatedAt.Add(p.Debounce.MaxWait); debounced && p.Debounce.MaxWait > 0 && deadline.Before(j.RunAt) {
 			id := j.ID
-			if j, err = scanJob(db.QueryRow(ctx, sqlCapDebounced, id, deadline)); err != nil {
+			// Available at once when the deadline has come (by the database's clock),
+			// scheduled at it otherwise.
+			j, err = scanJob(db.QueryRow(ctx, sqlCapDebouncedDue, id, deadline, string(queue.StateAvailable)))
+			if errors.Is(err, pgx.ErrNoRows) {
+				j, err = scanJob(db.QueryRow(ctx, sqlCapDebounced, id, deadline, string(queue.StateScheduled)))
+			}
+			if err != nil {
 				return fmt.Errorf("cap job %d's wait at %s: %w", id, deadline.Format(time.RFC3339Nano), err)
 			}
 		}
