@@ -456,6 +456,15 @@ func RollupJobCounts(ctx context.Context, db queue.DBTX) (queue.Rollup, error) {
 	return store.RollupCounts(ctx, db)
 }
 
+// RollupJobCountsIfStale runs RollupJobCounts when no roll-up ran within maxAge, by the
+// database's clock, and reports whether it ran one: what a reader of the finished counts
+// calls when it cannot count on a running worker to keep them fresh (the dashboard, the
+// CLI's queues list and stats). An error means the counts may be behind; they can still
+// be read.
+func RollupJobCountsIfStale(ctx context.Context, db queue.DBTX, maxAge time.Duration) (bool, error) {
+	return store.RollupCountsIfStale(ctx, db, maxAge)
+}
+
 // JobCountersState returns how far the job counters have been rolled up: how fresh the
 // finished counts of CountJobs, JobThroughput and CountErrorsByKind are.
 func JobCountersState(ctx context.Context, db queue.DBTX) (queue.CountersState, error) {

@@ -73,18 +73,8 @@ const countersStale = 15 * time.Second
 // fenceq's tables) is reported on stderr and the counts are shown as they are.
 func listQueues(c *ucli.Context, pool *pgxpool.Pool) ([]queue.QueueInfo, error) {
 	ctx := c.Context
-	st, err := fenceq.JobCountersState(ctx, pool)
-	if err != nil {
-		return nil, err
-	}
-	var now time.Time
-	if err := pool.QueryRow(ctx, "SELECT now()").Scan(&now); err != nil {
-		return nil, fmt.Errorf("read the database's clock: %w", err)
-	}
-	if st.RolledAt.IsZero() || now.Sub(st.RolledAt) >= countersStale {
-		if _, err := fenceq.RollupJobCounts(ctx, pool); err != nil {
-			fmt.Fprintf(c.App.ErrWriter, "%s: warning: the finished counts may be behind: %v\n", c.App.Name, err)
-		}
+	if _, err := fenceq.RollupJobCountsIfStale(ctx, pool, countersStale); err != nil {
+		fmt.Fprintf(c.App.ErrWriter, "%s: warning: the finished counts may be behind: %v\n", c.App.Name, err)
 	}
 	qs, err := fenceq.ListQueues(ctx, pool)
 	if err != nil {

@@ -101,20 +101,8 @@ func (h *Handler) overview(ctx context.Context, _ *http.Request) (*page, error) 
 // that fails, for a role that may not write fenceq's tables, is logged and the counters
 // are shown as they are.
 func (h *Handler) freshCounters(ctx context.Context) (queue.CountersState, error) {
-	st, err := fenceq.JobCountersState(ctx, h.cfg.DB)
-	if err != nil {
-		return st, err
-	}
-	now, err := h.dbNow(ctx)
-	if err != nil {
-		return st, err
-	}
-	if !st.RolledAt.IsZero() && now.Sub(st.RolledAt) < countersStale {
-		return st, nil
-	}
-	if _, err := fenceq.RollupJobCounts(ctx, h.cfg.DB); err != nil {
+	if _, err := fenceq.RollupJobCountsIfStale(ctx, h.cfg.DB, countersStale); err != nil {
 		h.cfg.Logger.Warn("dashboard: job counter roll-up failed; counts of finished jobs may be behind", "err", err)
-		return st, nil
 	}
 	return fenceq.JobCountersState(ctx, h.cfg.DB)
 }

@@ -184,6 +184,27 @@ ORDER BY COALESCE(sum(jobs) FILTER (WHERE state = ` + sqlDiscarded + `), 0) + su
 
 // ReadCountersState returns how far the counters have been rolled up.
 func ReadCountersState(ctx context.Context, db queue.DBTX) (queue.CountersState, error) {
+	return readCountersState(ctx, db)
+}
+
+// RollupCountsIfStale runs RollupCounts when no roll-up ran within maxAge, by the
+// database's clock, or none ever ran, and reports whether it ran one.
+func RollupCountsIfStale(ctx context.Context, db queue.DBTX, maxAge time.Duration) (bool, error) {
+	var stale bool
+	if err := db.QueryRow(ctx, `SELECT rolled_at IS NULL OR rolled_at <= now() - $1::bigint * interval '1 microsecond'
+		FROM fenceq_job_counts_cursor`, micros(maxAge)).Scan(&stale); err != nil {
+		return false, fmt.Errorf("read the job counters' cursor: %w", err)
+	}
+	if !stale {
+		return false, nil
+	}
+	if _, err := RollupCounts(ctx, db); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+func readCountersState(ctx context.Context, db queue.DBTX) (queue.CountersState, error) {
 	var to, at *time.Time
 	err := db.QueryRow(ctx, `SELECT NULLIF(rolled_to, '-infinity'), rolled_at FROM fenceq_job_counts_cursor`).Scan(&to, &at)
 	if err != nil {

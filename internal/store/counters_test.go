@@ -469,3 +469,34 @@ func TestListQueuesReadsNoHistory(t *testing.T) {
 		t.Fatalf("the statement reads history:\n%s", plan)
 	}
 }
+
+// RollupCountsIfStale rolls up when no roll-up ever ran or the last one is older than
+// the age given, by the database's clock, and leaves the counters alone otherwise.
+func TestRollupCountsIfStale(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ran := func(when string, want bool) {
+		t.Helper()
+		got, err := store.RollupCountsIfStale(b.ctx, b.db.Pool, time.Hour)
+		if err != nil || got != want {
+			t.Fatalf("%s: ran %t, %v; want %t", when, got, err, want)
+		}
+	}
+	ran("before any roll-up", true)
+	ran("right after one", false)
+	if _, err := b.db.Pool.Exec(b.ctx, `UPDATE fenceq_job_counts_cursor SET rolled_at = now() - interval '2 hours'`); err != nil {
+		t.Fatal(err)
+	}
+	before, err := store.ReadCountersState(b.ctx, b.db.Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran("two hours after the last", true)
+	after, err := store.ReadCountersState(b.ctx, b.db.Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !after.RolledAt.After(before.RolledAt) {
+		t.Fatalf("rolled_at %s after the roll-up, %s before; want it moved", after.RolledAt, before.RolledAt)
+	}
+}
