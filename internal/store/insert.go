@@ -236,14 +236,13 @@ func insertDebounced(ctx context.Context, db queue.DBTX, p InsertParams) (*queue
 			return err
 		}
 		if deadline := j.CreatedAt.Add(p.Debounce.MaxWait); debounced && p.Debounce.MaxWait > 0 && deadline.Before(j.RunAt) {
-			id := j.ID
-			// Available at once when the deadline has come (by the database's clock),
-			// scheduled at it otherwise.
-			j, err = scanJob(db.QueryRow(ctx, sqlCapDebouncedDue, id, deadline, string(queue.StateAvailable)))
-			if errors.Is(err, pgx.ErrNoRows) {
-				j, err = scanJob(db.QueryRow(ctx, sqlCapDebounced, id, deadline, string(queue.StateScheduled)))
+			// Available at once when the deadline has come by the database's clock: the
+			// replacement set run_at to its now() plus the window.
+			id, state := j.ID, queue.StateScheduled
+			if now := j.RunAt.Add(-time.Duration(micros(p.Debounce.Window)) * time.Microsecond); !deadline.After(now) {
+				state = queue.StateAvailable
 			}
-			if err != nil {
+			if j, err = scanJob(db.QueryRow(ctx, sqlCapDebounced, id, deadline, string(state))); err != nil {
 				return fmt.Errorf("cap job %d's wait at %s: %w", id, deadline.Format(time.RFC3339Nano), err)
 			}
 		}

@@ -49,24 +49,12 @@ RETURNING ` + jobColumns + `, j.xmax::text <> '0'`
 
 // sqlCapDebounced moves the run_at of debounced job $1, which sqlInsertDebounced just
 // replaced in the same transaction (so its row is locked), back to $2, its created_at
-// plus the maximum wait, and sets its state to $3. The guard repeats that the job has
-// not started; with due, it also requires that $2 has come. Citus allows no clock in a
-// CASE, so the state is chosen by trying the due form first (see insertDebounced).
-func capDebouncedSQL(due bool) string {
-	cond := ""
-	if due {
-		cond = ` AND $2::timestamptz <= now()`
-	}
-	return `
+// plus the maximum wait, and sets its state to $3 (available when $2 has come). The
+// guard repeats that the job has not started.
+var sqlCapDebounced = `
 UPDATE fenceq_jobs_hot SET run_at = $2::timestamptz, state = $3
-WHERE id = $1 AND lease_gen = 0 AND state IN (` + sqlAvailable + `, ` + sqlScheduled + `)` + cond + `
+WHERE id = $1 AND lease_gen = 0 AND state IN (` + sqlAvailable + `, ` + sqlScheduled + `)
 RETURNING ` + jobColumns
-}
-
-var (
-	sqlCapDebouncedDue = capDebouncedSQL(true)
-	sqlCapDebounced    = capDebouncedSQL(false)
-)
 
 // debounceWaiting is the predicate of fenceq_jobs_hot_debounce_idx: a job with a debounce
 // key that was never claimed (lease_gen grows at every claim and never shrinks) and waits.
