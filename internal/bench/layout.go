@@ -11,7 +11,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/fenceq/fenceq/internal/store"
 )
 
 // The layout workload compares ways of storing jobs at the bare-SQL level, like the
@@ -312,7 +313,7 @@ FROM jobs WHERE (args->>'seq')::bigint >= 0`,
 // (state, lease_expires_at, or one in an index's predicate): only its primary key. The
 // table is filled to half its pages, so that a claim finds room for the new row version
 // on the row's own page. A claim is then a heap-only (HOT) update, writing no index
-// entry. What the engine would lose with it is in docs/performance.md: the reaper would
+// entry. What the engine would lose with it is in docs/design.md: the reaper would
 // read the table's heap, and the unique keys and the waiting jobs by kind would need
 // tables of their own.
 func layoutHeapOnly() layoutDef {
@@ -793,10 +794,7 @@ func layoutClaimLoop(ctx context.Context, e *env, d layoutDef, id string, want i
 }
 
 // isSerializationFailure reports whether err is PostgreSQL's serialization_failure.
-func isSerializationFailure(err error) bool {
-	var pe *pgconn.PgError
-	return errors.As(err, &pe) && pe.Code == "40001"
-}
+func isSerializationFailure(err error) bool { return store.PgCode(err) == store.CodeSerialization }
 
 // explainClaim runs one claim after cur under EXPLAIN (ANALYZE, BUFFERS) in a
 // transaction it rolls back, and returns the shared buffers (hit and read) of its
