@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fenceq/fenceq/fenceqtest"
 	"github.com/fenceq/fenceq/internal/store"
 	"github.com/fenceq/fenceq/outbox"
 	"github.com/fenceq/fenceq/queue"
@@ -46,23 +47,19 @@ func TestQueuesPauseResume(t *testing.T) {
 	if err := store.Complete(b.ctx, b.db.Pool, store.LeaseOf(got[0])); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.db.Pool.Exec(b.ctx, `UPDATE fenceq_job_counts_cursor SET rolled_at = rolled_at - interval '1 minute'`); err != nil {
-		t.Fatal(err)
-	}
-	for {
-		var passed bool
-		if err := b.db.Pool.QueryRow(b.ctx, `SELECT now() - finished_at > interval '1 second' FROM fenceq_jobs WHERE id = $1`,
-			got[0].ID).Scan(&passed); err != nil {
+	// Each try makes the last roll-up a minute older, so that the command rolls up
+	// itself. A roll-up passes the job once its horizon has: a moment after the job
+	// finished, by the database's clock, and after any statement that was running then
+	// anywhere in the database has ended.
+	var after []queue.QueueInfo
+	fenceqtest.WaitFor(t, "the completed job counted in the queue list", 90*time.Second, func() bool {
+		if _, err := b.db.Pool.Exec(b.ctx, `UPDATE fenceq_job_counts_cursor SET rolled_at = rolled_at - interval '1 minute'`); err != nil {
 			t.Fatal(err)
 		}
-		if passed {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	var after []queue.QueueInfo
-	b.okJSON(t, &after, "queues", "list")
-	if len(after) != 1 || !maps.Equal(after[0].Counts, map[queue.State]int64{queue.StateCompleted: 1}) {
+		b.okJSON(t, &after, "queues", "list")
+		return len(after) == 1 && after[0].Counts[queue.StateCompleted] == 1
+	})
+	if !maps.Equal(after[0].Counts, map[queue.State]int64{queue.StateCompleted: 1}) {
 		t.Fatalf("after the job completed: %+v", after)
 	}
 	if out := b.ok(t, "queues", "list"); !strings.Contains(out, "COMPLETED (24H)") {
