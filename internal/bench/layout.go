@@ -624,11 +624,15 @@ func drainLayout(ctx context.Context, e *env, d layoutDef) (layoutDrain, error) 
 	t0 := time.Now()
 	var last atomic.Int64 // ns since t0 of the last completion
 	var shared lastCursor
+	// The claimers stop at half the jobs until the explained claim has run, so that it
+	// always runs mid-drain, however fast the drain.
+	explained := make(chan struct{})
 	for i := range e.cfg.CeilingClaimers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := layoutClaimLoop(cctx, e, d, fmt.Sprintf("layout-%d", i), want, &done, &claims, &retries, t0, &last, &shared); err != nil && cctx.Err() == nil {
+			if err := layoutClaimLoop(cctx, e, d, fmt.Sprintf("layout-%d", i), want, &done, &claims, &retries, t0, &last,
+				&shared, explained); err != nil && cctx.Err() == nil {
 				errs <- err
 				cancel()
 			}
@@ -638,10 +642,11 @@ func drainLayout(ctx context.Context, e *env, d layoutDef) (layoutDrain, error) 
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
+		defer close(explained)
 		for cctx.Err() == nil && done.Load() < want/2 {
 			time.Sleep(time.Millisecond)
 		}
-		if cctx.Err() != nil || done.Load() >= want {
+		if cctx.Err() != nil {
 			return
 		}
 		n, err := explainClaim(cctx, e, d, shared.get())
@@ -727,13 +732,21 @@ func (d layoutDef) claimArgs(cur *layoutCursor, claimer string) (string, []any) 
 // layoutClaimLoop claims and completes until all want jobs are done. Each claim
 // starts after the position where the claimer's previous one ended; a claim after it
 // that finds nothing is followed by one from the start, which finds the jobs skipped
-// behind it (locked then, free now).
+// behind it (locked then, free now). From half the jobs on, it claims only once
+// explained is closed (the claim explained mid-drain has run).
 func layoutClaimLoop(ctx context.Context, e *env, d layoutDef, id string, want int64, done, claims, retries *atomic.Int64,
-	t0 time.Time, last *atomic.Int64, shared *lastCursor) error {
+	t0 time.Time, last *atomic.Int64, shared *lastCursor, explained <-chan struct{}) error {
 	ids := make([]int64, 0, ceilingBatch)
 	gens := make([]int64, 0, ceilingBatch)
 	var cur *layoutCursor
 	for ctx.Err() == nil && done.Load() < want {
+		if done.Load() >= want/2 {
+			select {
+			case <-explained:
+			case <-ctx.Done():
+				return nil
+			}
+		}
 		ids, gens = ids[:0], gens[:0]
 		q, args := d.claimArgs(cur, id)
 		rows, err := e.pool.Query(ctx, q, args...)
