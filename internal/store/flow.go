@@ -324,11 +324,16 @@ func claimFlowSQL(kinds bool) string {
 	const inLimitParam = "8"
 	period := `l.rate_period_us * interval '1 microsecond'`
 	// room is what a key's concurrency limit, sequence and rate leave it (the least of
-	// them; a limit that is off leaves the most an int holds).
+	// them; a limit that is off leaves the most an int holds). A rate leaves nothing to
+	// a claim whose transaction time is before the key's latest start: that start's
+	// claim, by its later clock, may have dropped from the ledger starts that are still
+	// within this claim's period, so this claim cannot count them. Starts are therefore
+	// recorded in time order, and each claim counts every start of its period.
 	room := `LEAST(COALESCE(l.max_running, 2147483647) - fk.running,
                  CASE WHEN l.sequence THEN 1 - fk.running ELSE 2147483647 END,
-                 COALESCE(l.rate_limit - (SELECT count(*) FROM unnest(fk.starts) s WHERE s > now() - ` + period + `),
-                          2147483647))`
+                 CASE WHEN l.rate_limit IS NULL THEN 2147483647
+                      WHEN now() < (SELECT max(s) FROM unnest(fk.starts) s) THEN 0
+                      ELSE l.rate_limit - (SELECT count(*) FROM unnest(fk.starts) s WHERE s > now() - ` + period + `) END)`
 	return `
 WITH RECURSIVE
 qs AS MATERIALIZED (

@@ -217,6 +217,34 @@ func TestFlowRateLimit(t *testing.T) {
 	}
 }
 
+// A claim whose transaction time is before the key's latest recorded start takes nothing
+// under the rate: the claim that recorded that start, by its later clock, may have
+// dropped from the ledger starts still within this claim's period. A later claim, by a
+// clock at or after the latest start, counts its period as before.
+func TestFlowRateLedgerInTimeOrder(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	if err := store.SetFlowLimit(b.ctx, b.db.Pool, queue.FlowLimit{Name: "api", Rate: 4, Per: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		b.insert(t, store.InsertParams{Kind: "call", FlowKey: "api:"})
+	}
+	// The ledger as a claim whose transaction began a minute after this one's leaves it.
+	if _, err := b.db.Pool.Exec(b.ctx, `UPDATE fenceq_flow_keys SET starts = ARRAY[now() + interval '1 minute'] WHERE key = 'api:'`); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.claimFlow(t, 10); len(got) != 0 {
+		t.Fatalf("claimed %d with a start recorded after this claim's time; want none", len(got))
+	}
+	if _, err := b.db.Pool.Exec(b.ctx, `UPDATE fenceq_flow_keys SET starts = ARRAY[now() - interval '1 minute'] WHERE key = 'api:'`); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.claimFlow(t, 10); len(got) != 3 {
+		t.Fatalf("claimed %d with one start in the period; want the 3 left of 4", len(got))
+	}
+}
+
 // The flow claim's walk starts after its cursor and wraps around to it: every key with
 // room is reached whatever the cursor, and the next cursor is the last key taken in the
 // walk's order.
