@@ -185,17 +185,24 @@ func TestFlowSequence(t *testing.T) {
 	}
 }
 
-// A rate limit allows its starts per period, and the next start shows when the period
-// is full.
-func TestFlowRateLimit(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	if err := store.SetFlowLimit(b.ctx, b.db.Pool, queue.FlowLimit{Name: "api", Rate: 3, Per: time.Hour}); err != nil {
+// rateLimited sets the limit api to rate starts an hour and enqueues 5 jobs under its
+// one partition, api:.
+func (b *testBundle) rateLimited(t *testing.T, rate int) {
+	t.Helper()
+	if err := store.SetFlowLimit(b.ctx, b.db.Pool, queue.FlowLimit{Name: "api", Rate: rate, Per: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	for range 5 {
 		b.insert(t, store.InsertParams{Kind: "call", FlowKey: "api:"})
 	}
+}
+
+// A rate limit allows its starts per period, and the next start shows when the period
+// is full.
+func TestFlowRateLimit(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.rateLimited(t, 3)
 	got := b.claimFlow(t, 10)
 	if len(got) != 3 {
 		t.Fatalf("claimed %d, want the 3 the rate allows", len(got))
@@ -224,12 +231,7 @@ func TestFlowRateLimit(t *testing.T) {
 func TestFlowRateLedgerInTimeOrder(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	if err := store.SetFlowLimit(b.ctx, b.db.Pool, queue.FlowLimit{Name: "api", Rate: 4, Per: time.Hour}); err != nil {
-		t.Fatal(err)
-	}
-	for range 5 {
-		b.insert(t, store.InsertParams{Kind: "call", FlowKey: "api:"})
-	}
+	b.rateLimited(t, 4)
 	// The ledger as a claim whose transaction began a minute after this one's leaves it.
 	if _, err := b.db.Pool.Exec(b.ctx, `UPDATE fenceq_flow_keys SET starts = ARRAY[now() + interval '1 minute'] WHERE key = 'api:'`); err != nil {
 		t.Fatal(err)
