@@ -142,7 +142,7 @@ func (e *execution) commitWith(ctx context.Context, run func(ctx context.Context
 	if _, released := e.flags(); released {
 		return fmt.Errorf("commit job %d: lease released on shutdown: %w", e.lease.JobID, queue.ErrLeaseLost)
 	}
-	err := run(ctx, store.LeaseTx{Complete: true, Output: e.recordedOutput})
+	err := run(ctx, store.LeaseTx{Complete: true, Output: e.recordedOutput, MovesOut: store.MovesOutOnCompletion(e.row)})
 	var fe *fnError
 	switch {
 	case err == nil:

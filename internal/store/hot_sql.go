@@ -74,7 +74,16 @@ type finish struct {
 }
 
 // ctes returns the CTEs of the write, comma-separated, the last one named f.name.
-func (f finish) ctes() string {
+func (f finish) ctes() string { return f.writeCTEs(true) }
+
+// movingCTEs is ctes for rows known to keep no unique key in the new state, which
+// always moves them to history: it leaves out name_upd, which would update no row of
+// theirs, and whose UPDATE would still open every index of the hot set at each
+// execution.
+func (f finish) movingCTEs() string { return f.writeCTEs(false) }
+
+// writeCTEs is ctes, without name_upd unless inPlace.
+func (f finish) writeCTEs(inPlace bool) string {
 	set := append([][2]string{{"state", f.state}}, f.set...)
 	value := func(col string) string {
 		for _, s := range set {
@@ -106,7 +115,7 @@ func (f finish) ctes() string {
 		keeps = " AND " + keepsFinal
 	}
 	n := f.name
-	return `
+	moves := `
 ` + n + `_del AS (
     DELETE FROM ` + hotTable + ` j` + usingDel + `
     WHERE ` + f.where + ` AND ` + movesOut(f.state) + `
@@ -114,7 +123,13 @@ func (f finish) ctes() string {
 ` + n + `_ins AS (
     INSERT INTO ` + historyTable + ` (` + strings.Join(storedColumns, ", ") + `)
     SELECT ` + strings.Join(vals, ", ") + ` FROM ` + n + `_del
-    RETURNING ` + f.returning + `),
+    RETURNING ` + f.returning + `)`
+	if !inPlace {
+		return moves + `,
+` + n + ` AS (
+    SELECT * FROM ` + n + `_ins)`
+	}
+	return moves + `,
 ` + n + `_upd AS (
     UPDATE ` + hotTable + ` j SET ` + strings.Join(assign, ", ") + using + `
     WHERE ` + f.where + keeps + ` AND NOT ` + movesOut(f.state) + `

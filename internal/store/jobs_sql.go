@@ -546,16 +546,32 @@ SELECT 1 FROM done`
 WITH ` + completion("done", lockedCond, "", "", "$3::jsonb", "1").inPlace() + exactlyOneRow(completionMissed, "done")
 )
 
+// sqlCompleteLockedMoving and sqlCompleteLockedCheckedMoving are sqlCompleteLocked and
+// sqlCompleteLockedChecked for a job that keeps no unique key once completed
+// (LeaseTx.MovesOut, finish.movingCTEs).
+var (
+	sqlCompleteLockedMoving = `
+WITH ` + completion("done", lockedCond, "", "", "$3::jsonb", "1").movingCTEs() + `
+SELECT 1 FROM done`
+	sqlCompleteLockedCheckedMoving = `
+WITH ` + completion("done", lockedCond, "", "", "$3::jsonb", "1").movingCTEs() + exactlyOneRow(completionMissed, "done")
+)
+
 // completeLockedSQL is the completion of the fenced transaction: checked for a pipeline,
-// routed for a Citus connection.
-func completeLockedSQL(checked, dist bool) string {
+// routed for a Citus connection, moving for a job that keeps no unique key once
+// completed (unless routed: a routed completion is in place).
+func completeLockedSQL(checked, dist, moving bool) string {
 	switch {
 	case checked && dist:
 		return sqlCompleteLockedCheckedRouted
+	case checked && moving:
+		return sqlCompleteLockedCheckedMoving
 	case checked:
 		return sqlCompleteLockedChecked
 	case dist:
 		return sqlCompleteLockedRouted
+	case moving:
+		return sqlCompleteLockedMoving
 	}
 	return sqlCompleteLocked
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -596,8 +597,8 @@ func lockLease(ctx context.Context, tx pgx.Tx, l queue.Lease) error {
 }
 
 // completeLocked completes a job inside the transaction that locked it with lockLease,
-// storing its output (nil for none).
-func completeLocked(ctx context.Context, tx pgx.Tx, l queue.Lease, output []byte) error {
+// storing its output (nil for none); moving is LeaseTx.MovesOut.
+func completeLocked(ctx context.Context, tx pgx.Tx, l queue.Lease, output []byte, moving bool) error {
 	if err := queue.ValidateOutput(output); err != nil {
 		return fmt.Errorf("complete job %d: %w", l.JobID, err)
 	}
@@ -605,7 +606,7 @@ func completeLocked(ctx context.Context, tx pgx.Tx, l queue.Lease, output []byte
 	if err != nil {
 		return fmt.Errorf("complete job %d: %w", l.JobID, err)
 	}
-	tag, err := tx.Exec(ctx, completeLockedSQL(false, dist), l.JobID, l.Gen, output)
+	tag, err := tx.Exec(ctx, completeLockedSQL(false, dist, moving), l.JobID, l.Gen, output)
 	if err != nil {
 		return fmt.Errorf("complete job %d: %w", l.JobID, err)
 	}
@@ -639,6 +640,21 @@ type LeaseTx struct {
 	// Op names the write in errors and in the stale_write_rejected event. Defaults to
 	// "commit" with Complete, "with lease" without.
 	Op string
+	// MovesOut, with Complete, says that the job keeps no unique key once completed:
+	// its row holds none, or StateCompleted is not among its unique states (no statement
+	// changes either while it runs). Its completion always moves it to history, and then
+	// leaves out the in-place update of a job that keeps its key, whose setup costs
+	// every completion. Set it only from the job's row (MovesOutOnCompletion): a job
+	// that does keep its key is then not completed, and the commit fails as if its
+	// lease were lost, writing nothing.
+	MovesOut bool
+}
+
+// MovesOutOnCompletion reports whether a completion moves job to history: it holds no
+// unique key, or StateCompleted is not among the states in which it holds it
+// (LeaseTx.MovesOut).
+func MovesOutOnCompletion(job *queue.JobRow) bool {
+	return job.UniqueKey == nil || !slices.Contains(job.UniqueStates, queue.StateCompleted)
 }
 
 // WithLease runs fn in one transaction fenced by the lease:
@@ -756,7 +772,7 @@ func withLeaseTx(ctx context.Context, db queue.Beginner, l queue.Lease, how Leas
 		if how.Output != nil {
 			output = how.Output()
 		}
-		if err := completeLocked(ctx, tx, l, output); err != nil {
+		if err := completeLocked(ctx, tx, l, output, how.MovesOut); err != nil {
 			return err
 		}
 	}

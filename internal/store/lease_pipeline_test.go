@@ -321,3 +321,75 @@ func TestFencedStatementsFindTheRowByID(t *testing.T) {
 		}
 	}
 }
+
+// With MovesOut every kind of db completes a job that keeps no unique key as without
+// it: the job moves to history with its output and the function's rows; WithLease's
+// pipeline and the writes declared up front alike. A job whose unique states hold
+// StateCompleted keeps its key when completed: MovesOutOnCompletion says so, and told
+// otherwise the commit fails as for a lost lease, writes nothing and leaves it running.
+func TestWithLeaseMovesOut(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	createResults(t, b)
+	how := store.LeaseTx{Complete: true, MovesOut: true, Output: func() []byte { return []byte(`{"ok":true}`) }}
+	moved := func(t *testing.T, id int64) {
+		t.Helper()
+		var state, output string
+		var inHistory bool
+		if err := b.db.Pool.QueryRow(b.ctx, `SELECT state, output::text, EXISTS (SELECT 1 FROM fenceq_jobs_history h WHERE h.id = j.id)
+		    FROM fenceq_jobs j WHERE id = $1`, id).Scan(&state, &output, &inHistory); err != nil {
+			t.Fatal(err)
+		}
+		if state != "completed" || output != `{"ok": true}` || !inHistory || b.results(t, id) != 1 {
+			t.Fatalf("job %d: %s output %s in history %v, results %d", id, state, output, inHistory, b.results(t, id))
+		}
+	}
+	for name, db := range leaseDBs(t, b) {
+		t.Run(name, func(t *testing.T) {
+			j := b.claimOne(t)
+			if !store.MovesOutOnCompletion(j) {
+				t.Fatalf("job %d without a unique key does not move out", j.ID)
+			}
+			l := store.LeaseOf(j)
+			if err := store.WithLease(b.ctx, db, l, how, func(ctx context.Context, tx pgx.Tx) error { return insertResult(ctx, tx, l) }); err != nil {
+				t.Fatal(err)
+			}
+			moved(t, l.JobID)
+		})
+	}
+	l := store.LeaseOf(b.claimOne(t))
+	var w store.Writes
+	w.Exec(`INSERT INTO results (job_id, lease_gen) VALUES ($1, $2)`, l.JobID, l.Gen)
+	if err := store.WithLeaseWrites(b.ctx, b.db.Pool, l, how, &w); err != nil {
+		t.Fatalf("commit writes: %v", err)
+	}
+	moved(t, l.JobID)
+
+	// Keyed while unfinished only: it moves out too.
+	b.insert(t, store.InsertParams{Kind: "keyed", Unique: queue.UniqueOpts{ByArgs: true}})
+	keyed := b.claim(t, "holder", 1, time.Minute)[0]
+	if keyed.UniqueKey == nil || !store.MovesOutOnCompletion(keyed) {
+		t.Fatalf("job %d keyed while unfinished: key %v, moves out %v", keyed.ID, keyed.UniqueKey, store.MovesOutOnCompletion(keyed))
+	}
+	kl := store.LeaseOf(keyed)
+	if err := store.WithLease(b.ctx, b.db.Pool, kl, how, func(ctx context.Context, tx pgx.Tx) error { return insertResult(ctx, tx, kl) }); err != nil {
+		t.Fatal(err)
+	}
+	moved(t, kl.JobID)
+
+	// Keyed once completed too: it stays, and told otherwise nothing is written.
+	b.insert(t, store.InsertParams{Kind: "kept", Unique: queue.UniqueOpts{ByArgs: true,
+		ByState: append(queue.UnfinishedStates(), queue.StateCompleted)}})
+	kept := b.claim(t, "holder", 1, time.Minute)[0]
+	if store.MovesOutOnCompletion(kept) {
+		t.Fatalf("job %d keeps its key once completed (%v), yet moves out", kept.ID, kept.UniqueStates)
+	}
+	pl := store.LeaseOf(kept)
+	err := store.WithLease(b.ctx, b.db.Pool, pl, how, func(ctx context.Context, tx pgx.Tx) error { return insertResult(ctx, tx, pl) })
+	if !errors.Is(err, queue.ErrLeaseLost) {
+		t.Fatalf("a job keeping its key completed as moving out: %v", err)
+	}
+	if j := b.job(t, pl.JobID); j.State != queue.StateRunning || b.results(t, pl.JobID) != 0 {
+		t.Fatalf("job %d keeping its key: %s, results %d", pl.JobID, j.State, b.results(t, pl.JobID))
+	}
+}

@@ -90,7 +90,7 @@ func withLeasePipelined(ctx context.Context, conn *pgx.Conn, l queue.Lease, how 
 		return fmt.Errorf("complete job %d: %w", l.JobID, err)
 	}
 	cb := &pgx.Batch{}
-	cb.Queue(completeLockedSQL(true, dist), l.JobID, l.Gen, output)
+	cb.Queue(completeLockedSQL(true, dist, how.MovesOut), l.JobID, l.Gen, output)
 	cb.Queue("COMMIT")
 	cr := conn.SendBatch(ctx, cb)
 	_, completeErr := cr.Exec()

@@ -98,7 +98,7 @@ func withLeaseWritesPipelined(ctx context.Context, conn *pgx.Conn, l queue.Lease
 		if err != nil {
 			return fmt.Errorf("%s of job %d: %w", op, l.JobID, err)
 		}
-		b.Queue(completeLockedSQL(true, dist), l.JobID, l.Gen, output)
+		b.Queue(completeLockedSQL(true, dist, how.MovesOut), l.JobID, l.Gen, output)
 	}
 	b.Queue("COMMIT")
 	br := conn.SendBatch(ctx, b)
