@@ -523,39 +523,33 @@ const lockMissed = "fenceq: fenced lock matched rows: "
 
 // sqlCompleteLocked: $3 the job's output (NULL for none). It returns a row if it
 // completed the job.
-var sqlCompleteLocked = `
-WITH ` + completion("done", lockedCond, "", "", "$3::jsonb", "1").ctes() + `
-SELECT 1 FROM done`
-
+//
 // sqlCompleteLockedChecked is sqlCompleteLocked for a pipeline that sends COMMIT right
 // behind it: a completion that matched no row raises an error (exactlyOneRow), which
 // makes the server skip the COMMIT queued after it and leaves the transaction aborted.
 // A row count checked in Go would come too late: the COMMIT would already have run. $3
 // the job's output (NULL for none).
-var sqlCompleteLockedChecked = `
-WITH ` + completion("done", lockedCond, "", "", "$3::jsonb", "1").ctes() + exactlyOneRow(completionMissed, "done")
-
-// sqlCompleteLockedRouted and sqlCompleteLockedCheckedRouted are sqlCompleteLocked and
-// sqlCompleteLockedChecked for a Citus connection: the job is completed in place (see
-// finish.inPlace).
+//
+// sqlCompleteLockedRouted and sqlCompleteLockedCheckedRouted are both for a Citus
+// connection: the job is completed in place (see finish.inPlace).
+//
+// sqlCompleteLockedMoving and sqlCompleteLockedCheckedMoving are both for a job that
+// keeps no unique key once completed (LeaseTx.MovesOut, finish.movingCTEs).
 var (
-	sqlCompleteLockedRouted = `
-WITH ` + completion("done", lockedCond, "", "", "$3::jsonb", "1").inPlace() + `
-SELECT 1 FROM done`
-	sqlCompleteLockedCheckedRouted = `
-WITH ` + completion("done", lockedCond, "", "", "$3::jsonb", "1").inPlace() + exactlyOneRow(completionMissed, "done")
+	lockedDone                                              = completion("done", lockedCond, "", "", "$3::jsonb", "1")
+	sqlCompleteLocked, sqlCompleteLockedChecked             = completeLockedForms(lockedDone.ctes())
+	sqlCompleteLockedRouted, sqlCompleteLockedCheckedRouted = completeLockedForms(lockedDone.inPlace())
+	sqlCompleteLockedMoving, sqlCompleteLockedCheckedMoving = completeLockedForms(lockedDone.movingCTEs())
 )
 
-// sqlCompleteLockedMoving and sqlCompleteLockedCheckedMoving are sqlCompleteLocked and
-// sqlCompleteLockedChecked for a job that keeps no unique key once completed
-// (LeaseTx.MovesOut, finish.movingCTEs).
-var (
-	sqlCompleteLockedMoving = `
-WITH ` + completion("done", lockedCond, "", "", "$3::jsonb", "1").movingCTEs() + `
-SELECT 1 FROM done`
-	sqlCompleteLockedCheckedMoving = `
-WITH ` + completion("done", lockedCond, "", "", "$3::jsonb", "1").movingCTEs() + exactlyOneRow(completionMissed, "done")
-)
+// completeLockedForms returns the two forms of a fenced completion over its CTEs, the
+// last named done: plain (a row if it completed the job) and checked.
+func completeLockedForms(ctes string) (plain, checked string) {
+	return `
+WITH ` + ctes + `
+SELECT 1 FROM done`, `
+WITH ` + ctes + exactlyOneRow(completionMissed, "done")
+}
 
 // completeLockedSQL is the completion of the fenced transaction: checked for a pipeline,
 // routed for a Citus connection, moving for a job that keeps no unique key once
