@@ -65,7 +65,7 @@ func New(t testing.TB, opts *Options) *DB {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
 	defer cancel()
 
 	var b [6]byte
@@ -96,8 +96,14 @@ func New(t testing.TB, opts *Options) *DB {
 	return db
 }
 
+// setupTimeout bounds New's set-up (the schema and its migrations) and the schema's
+// drop at cleanup. A schema's migrations take seconds on a busy machine and longer on a
+// Citus coordinator, where each DDL statement is distributed; a hang is still bounded by
+// the test binary's own timeout.
+const setupTimeout = 3 * time.Minute
+
 func dropSchema(t testing.TB, base, schema string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
 	defer cancel()
 	c, err := pgx.Connect(ctx, base)
 	if err != nil {

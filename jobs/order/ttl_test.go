@@ -22,6 +22,10 @@ func TestCleanupConcurrentWithRetries(t *testing.T) {
 	t.Parallel()
 	b := setup(t, bundleOpts{cfg: order.Config{
 		KeyTTL: 150 * time.Millisecond,
+		// A generous wait: retries queue behind each owner's transaction, and on a busy
+		// machine one can outlast the default 2 s. This test is about cleanup and
+		// agreement, not about giving up (TestInFlightRequestGets409 is).
+		InflightWait: 20 * time.Second,
 		BeforeCommit: func(ctx context.Context) error {
 			time.Sleep(20*time.Millisecond + rand.N(60*time.Millisecond))
 			return nil
