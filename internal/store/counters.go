@@ -182,11 +182,6 @@ GROUP BY kind
 HAVING sum(jobs) FILTER (WHERE state = ` + sqlDiscarded + `) > 0 OR sum(failed) > 0
 ORDER BY COALESCE(sum(jobs) FILTER (WHERE state = ` + sqlDiscarded + `), 0) + sum(failed) DESC, kind`
 
-// ReadCountersState returns how far the counters have been rolled up.
-func ReadCountersState(ctx context.Context, db queue.DBTX) (queue.CountersState, error) {
-	return readCountersState(ctx, db)
-}
-
 // RollupCountsIfStale runs RollupCounts when no roll-up ran within maxAge, by the
 // database's clock, or none ever ran, and reports whether it ran one.
 func RollupCountsIfStale(ctx context.Context, db queue.DBTX, maxAge time.Duration) (bool, error) {
@@ -204,7 +199,8 @@ func RollupCountsIfStale(ctx context.Context, db queue.DBTX, maxAge time.Duratio
 	return true, nil
 }
 
-func readCountersState(ctx context.Context, db queue.DBTX) (queue.CountersState, error) {
+// ReadCountersState returns how far the counters have been rolled up.
+func ReadCountersState(ctx context.Context, db queue.DBTX) (queue.CountersState, error) {
 	var to, at *time.Time
 	err := db.QueryRow(ctx, `SELECT NULLIF(rolled_to, '-infinity'), rolled_at FROM fenceq_job_counts_cursor`).Scan(&to, &at)
 	if err != nil {

@@ -239,7 +239,7 @@ func insertDebounced(ctx context.Context, db queue.DBTX, p InsertParams) (*queue
 			// Available at once when the deadline has come by the database's clock: the
 			// replacement set run_at to its now() plus the window.
 			id, state := j.ID, queue.StateScheduled
-			if now := j.RunAt.Add(-time.Duration(micros(p.Debounce.Window)) * time.Microsecond); !deadline.After(now) {
+			if now := j.RunAt.Add(-p.Debounce.Window.Truncate(time.Microsecond)); !deadline.After(now) {
 				state = queue.StateAvailable
 			}
 			if j, err = scanJob(db.QueryRow(ctx, sqlCapDebounced, id, deadline, string(state))); err != nil {
