@@ -77,7 +77,7 @@ var commandFlags = map[string][]string{
 	"demo": {"customers", "workers", "order-keys", "lease", "seed", "keep", "verbose", "timeout", "pg-bin-dir",
 		"local-database-url", "database-url", "json"},
 	"bench": {"jobs", "duration", "rate", "workers", "conns", "processes", "runs", "vs", "retained", "idle-xact", "no-ceiling",
-		"no-checkpoint", "ceiling-claimers", "claim-batch", "queues", "split-workers", "compare-flow", "compare-queues", "args-bytes", "commit-writes",
+		"no-checkpoint", "ceiling-claimers", "claim-batch", "queues", "split-workers", "compare-flow", "compare-queues", "args-bytes", "commit-writes", "no-search-indexes",
 		"job-sleep", "layouts", "rows", "requests", "trace-sql", "cpuprofile", "memprofile", "quiet", "verbose", "database-url", "json"},
 	"chaos": {"duration", "seed", "workers", "faults", "naive", "own-cluster", "hosts", "failover", "async", "replica-lag", "lease", "concurrency", "settle",
 		"wave-every", "customers", "order-keys", "sleep-jobs", "workload", "flow-jobs", "worker-database-url", "no-listen", "log-dir",

@@ -142,6 +142,11 @@ type Config struct {
 	// inserts and the completion in one pipeline) instead of Job.Commit. River's side is
 	// unchanged: River has no such call.
 	CommitWrites bool
+	// NoSearchIndexes drops, on fenceq's side, the indexes of fenceq_jobs_history that
+	// serve only the dashboard's and the CLI's searches (searchIndexes) once the schema is
+	// migrated, to measure what they cost each finished job. The primary key and the
+	// finished_at index, which retention and the counters use, stay.
+	NoSearchIndexes bool
 	// JobSleep makes every handler of drain and fenced sleep this long before it
 	// returns, so that Workers jobs run at once: the memory figures per 1,000 running
 	// jobs come from such runs.
@@ -336,6 +341,9 @@ func (c Config) validate() error {
 		if c.Processes < 1 || c.Processes > maxIdleProcesses {
 			return fmt.Errorf("bench: idle: --processes %d must be between 1 and %d", c.Processes, maxIdleProcesses)
 		}
+	}
+	if c.NoSearchIndexes && slices.Contains([]string{WorkloadIdle, WorkloadLayout, WorkloadUI}, c.Workload) {
+		return fmt.Errorf("bench: --no-search-indexes: the %s workload does not run fenceq's worker on its schema", c.Workload)
 	}
 	if c.Retained < 0 {
 		return fmt.Errorf("bench: retained: %d must not be negative", c.Retained)

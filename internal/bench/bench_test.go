@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -295,6 +296,7 @@ func TestConfigErrorsNameTheSetting(t *testing.T) {
 		{Config{Workload: WorkloadDrain, ArgsBytes: -1}, "args bytes"},
 		{Config{Workload: WorkloadDrain, JobSleep: -time.Second}, "job sleep"},
 		{Config{Workload: WorkloadDrain, Conns: 5000}, "conns"},
+		{Config{Workload: WorkloadLayout, NoSearchIndexes: true}, "--no-search-indexes"},
 	} {
 		_, err := Run(context.Background(), tc.cfg)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -683,7 +685,7 @@ func TestLayoutAllLayouts(t *testing.T) {
 			t.Errorf("%s: %v heap blocks per claim, fewer than the %v per job", s.Name, m[MetricHeapBlksPerClaim], m[MetricHeapBlksPerJob])
 		}
 	}
-	if strings.Join(names, ",") != "single,split,partitioned,narrow,heaponly" {
+	if strings.Join(names, ",") != "single,split,partitioned,narrow,heaponly,leaseset" {
 		t.Fatalf("layouts %v", names)
 	}
 	// The claim updates every job once (the completions of split and heaponly delete,
@@ -706,6 +708,20 @@ func TestLayoutAllLayouts(t *testing.T) {
 	if h, s := sideOf(t, rep, LayoutHeapOnly).Runs[0].Metrics[MetricIdxBlksPerJob],
 		sideOf(t, rep, LayoutSplit).Runs[0].Metrics[MetricIdxBlksPerJob]; h >= s {
 		t.Errorf("index blocks per job: heaponly %v, split %v; want fewer for heaponly", h, s)
+	}
+	// A lease-set claim writes no job row: the only rows it updates are its claimer's
+	// lease, one per claim after the claimer's first, where split's claims update every
+	// job once. It writes no lease-index or primary-key entry per job either, so it
+	// touches fewer index blocks per job.
+	split, leases := sideOf(t, rep, LayoutSplit).Runs[0].Metrics, sideOf(t, rep, LayoutLeaseSet).Runs[0].Metrics
+	if u := split[MetricUpdatesPerJob]; u != 1 {
+		t.Errorf("split: %v updates per job, want 1 (the claim)", u)
+	}
+	if u, most := leases[MetricUpdatesPerJob], leases[MetricClaims]/leases[MetricJobs]; u > most {
+		t.Errorf("leaseset: %v updates per job, want at most one per claim (%v per job)", u, most)
+	}
+	if l, s := leases[MetricIdxBlksPerJob], split[MetricIdxBlksPerJob]; l >= s {
+		t.Errorf("index blocks per job: leaseset %v, split %v; want fewer for leaseset", l, s)
 	}
 	// The drain grows the hot tables of single (every completed row stays) and of split
 	// (dead versions until VACUUM); VACUUM shrinks none. How much VACUUM can truncate
@@ -744,5 +760,34 @@ func TestLayoutErrorsNameTheFlag(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("layouts %v: error %v, want %q", tc.layouts, err, tc.want)
 		}
+	}
+}
+
+// --no-search-indexes drops every index of history that a migration creates but the
+// primary key and the finished_at index: the list names each search index the
+// migrations create, and a drain runs on the schema without them.
+func TestNoSearchIndexes(t *testing.T) {
+	t.Parallel()
+	db := fenceqtest.New(t, nil)
+	rows, err := db.Pool.Query(context.Background(),
+		`SELECT indexname FROM pg_indexes WHERE schemaname = current_schema() AND tablename = 'fenceq_jobs_history'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := append([]string{"fenceq_jobs_history_pkey", "fenceq_jobs_history_finished_idx"}, searchIndexes...)
+	slices.Sort(names)
+	slices.Sort(want)
+	if !slices.Equal(names, want) {
+		t.Errorf("history's indexes %v; the primary key, finished_at and searchIndexes are %v", names, want)
+	}
+	rep := run(t, Config{Workload: WorkloadDrain, DatabaseURL: fenceqtest.RequireServerURL(t), Jobs: 500, Runs: 1,
+		NoSearchIndexes: true})
+	side := sideOf(t, rep, SystemFenceq)
+	if side.Summary[MetricJobs].Median != 500 || !strings.Contains(side.Config, "search indexes dropped") {
+		t.Errorf("drain without search indexes: %v jobs, config %q", side.Summary[MetricJobs].Median, side.Config)
 	}
 }

@@ -57,6 +57,9 @@ func (s *fenceqSystem) describe() string {
 		commit = "Job.CommitWrites (one pipeline)"
 	}
 	fmt.Fprintf(&b, "pool of %d conns; inserts via EnqueueMany (COPY) and Enqueue; fenced jobs via %s", s.cfg.Conns, commit)
+	if s.cfg.NoSearchIndexes {
+		b.WriteString("; history's search indexes dropped (" + strings.Join(searchIndexes, ", ") + ")")
+	}
 	return b.String()
 }
 
@@ -81,10 +84,24 @@ func (s *fenceqSystem) setup(ctx context.Context, e *env) error {
 	if err := migrations.Up(ctx, e.pool); err != nil {
 		return err
 	}
+	if s.cfg.NoSearchIndexes {
+		for _, ix := range searchIndexes {
+			if _, err := e.admin.Exec(ctx, "DROP INDEX "+ix); err != nil {
+				return fmt.Errorf("drop search index %s: %w", ix, err)
+			}
+		}
+	}
 	if s.cfg.FlowPartitions > 0 {
 		return fenceq.SetFlowLimit(ctx, e.pool, queue.FlowLimit{Name: benchFlowLimit, MaxRunning: 1})
 	}
 	return nil
+}
+
+// searchIndexes are fenceq_jobs_history's indexes that serve searches only.
+var searchIndexes = []string{
+	"fenceq_jobs_history_queue_idx", "fenceq_jobs_history_kind_idx", "fenceq_jobs_history_args_idx",
+	"fenceq_jobs_history_metadata_idx", "fenceq_jobs_history_tags_idx", "fenceq_jobs_history_error_idx",
+	"fenceq_jobs_history_failed_idx", "fenceq_jobs_history_created_brin",
 }
 
 // benchFlowLimit is the flow limit of --compare-flow's limited side.

@@ -30,10 +30,11 @@ const (
 	LayoutPartitioned = "partitioned"
 	LayoutNarrow      = "narrow"
 	LayoutHeapOnly    = "heaponly"
+	LayoutLeaseSet    = "leaseset"
 )
 
 // Layouts lists the layouts of the layout workload in report order.
-var Layouts = []string{LayoutSingle, LayoutSplit, LayoutPartitioned, LayoutNarrow, LayoutHeapOnly}
+var Layouts = []string{LayoutSingle, LayoutSplit, LayoutPartitioned, LayoutNarrow, LayoutHeapOnly, LayoutLeaseSet}
 
 // Metrics of the layout workload. Blocks are buffer accesses (pg_statio_user_tables
 // heap_blks_hit + heap_blks_read, idx_blks_hit + idx_blks_read) summed over the
@@ -141,6 +142,10 @@ type layoutDef struct {
 	// lease_gen, priority, run_at). complete: $1 ids, $2 generations; affects one row
 	// per job completed.
 	claimStart, claimAfter, complete string
+	// claimLock, when set, runs before the claim in the claim's transaction, each
+	// statement with a snapshot of its own: the claim then sees every claim committed
+	// before the lock was granted.
+	claimLock string
 	// verify returns, of the run's jobs (sequence number >= 0), how many are completed
 	// at the first attempt and how many rows remain unfinished anywhere.
 	verify string
@@ -358,6 +363,66 @@ SET state = 'running', attempt = attempt + 1, lease_gen = lease_gen + 1, leased_
 WHERE j.id = ANY (ARRAY(SELECT id FROM gone)) AND j.state = 'available'
 RETURNING j.id, j.lease_gen, j.priority, j.run_at`
 
+// layoutLeaseSet is split with a claim that writes no job row. A claimer's lease is one
+// row of its own, holding the ids of the jobs it runs; a claim replaces that set under
+// the queue's row lock and skips the ids that any lease holds. A job row keeps its
+// state (available) and its generation while it runs, so the claim index still lists
+// it; the claimer's cursor passes the held ones. The fence is unchanged: the completion
+// matches each job's generation as the claim read it, and a rescue of an expired lease
+// would bump the generations of the jobs it still held, row by row, before releasing
+// them. The completion is split's, writing the attempt and the generation the claim of
+// the other layouts writes. What the engine would change for it is in docs/design.md.
+func layoutLeaseSet() layoutDef {
+	d := layoutSplit()
+	d.name = LayoutLeaseSet
+	d.describe = "split's two tables without the lease index, plus a table leases (claimer primary key, queue, " +
+		"expires_at, job_ids bigint[]) and a table queues; a claim locks its queue's row, skips the ids any lease " +
+		"holds and replaces the claimer's lease with the ids it takes, writing no job row; completion as split"
+	d.ddl = append(append([]string{sqlLayoutMaskFunction,
+		"CREATE TABLE jobs (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY," + layoutColumns + ")",
+		"CREATE TABLE jobs_history (id bigint PRIMARY KEY," + layoutColumns + ")",
+		"CREATE TABLE queues (queue text PRIMARY KEY)",
+		"INSERT INTO queues VALUES ('default')",
+		"CREATE TABLE leases (claimer text PRIMARY KEY, queue text NOT NULL, expires_at timestamptz NOT NULL, " +
+			"job_ids bigint[] NOT NULL)",
+		"CREATE INDEX ON leases (expires_at)"},
+		indexes("jobs", idxClaim, idxDue, idxKind, idxUnique)...),
+		"CREATE INDEX ON jobs_history (finished_at)", "CREATE INDEX ON jobs_history (kind, id)")
+	d.tables = []string{"jobs", "jobs_history", "queues", "leases"}
+	d.hot = []string{"jobs", "leases"}
+	d.claimLock = `SELECT 1 FROM queues WHERE queue = 'default' FOR UPDATE`
+	d.complete = `
+WITH l AS MATERIALIZED (
+    SELECT l.*, 'available'::text AS lstate FROM unnest($1::bigint[], $2::bigint[]) AS l(lid, lgen)),
+d AS (
+    DELETE FROM jobs j USING l
+    WHERE j.id = l.lid AND j.lease_gen = l.lgen AND j.state = l.lstate
+    RETURNING j.*)
+INSERT INTO jobs_history (id, ` + layoutColumnNames + `)
+SELECT id, queue, kind, args, 'completed', priority, run_at, attempt + 1, max_attempts, lease_gen + 1, NULL,
+    now(), NULL, now(), unique_key, errors, created_at, now(), metadata, output, unique_states, tags
+FROM d`
+	d.claimStart, d.claimAfter = layoutClaims(sqlLeaseSetClaim)
+	return d
+}
+
+// sqlLeaseSetClaim is the claim of the leaseset layout; %s is the cursor's condition.
+const sqlLeaseSetClaim = `
+WITH held AS MATERIALIZED (
+    SELECT unnest(job_ids) AS id FROM leases WHERE queue = 'default' AND claimer <> $2),
+next AS MATERIALIZED (
+    SELECT id, lease_gen, priority, run_at FROM jobs
+    WHERE state = 'available' AND queue = 'default' AND run_at <= now()%s
+      AND id NOT IN (SELECT id FROM held)
+    ORDER BY priority, run_at, id
+    LIMIT $1),
+lease AS (
+    INSERT INTO leases (claimer, queue, expires_at, job_ids)
+    SELECT $2, 'default', now() + interval '1 minute', array_agg(id) FROM next HAVING count(*) > 0
+    ON CONFLICT (claimer) DO UPDATE SET expires_at = excluded.expires_at, job_ids = excluded.job_ids
+    RETURNING 1)
+SELECT id, lease_gen, priority, run_at FROM next WHERE EXISTS (SELECT FROM lease)`
+
 func layoutByName(name string) (layoutDef, bool) {
 	switch name {
 	case LayoutSingle:
@@ -370,6 +435,8 @@ func layoutByName(name string) (layoutDef, bool) {
 		return layoutNarrow(), true
 	case LayoutHeapOnly:
 		return layoutHeapOnly(), true
+	case LayoutLeaseSet:
+		return layoutLeaseSet(), true
 	}
 	return layoutDef{}, false
 }
@@ -590,6 +657,7 @@ func layoutOnce(ctx context.Context, cfg Config, d layoutDef) (*RunResult, error
 	m[MetricHeapBlksPerClaim], m[MetricIdxBlksPerClaim] = heap/claims, idx/claims
 	m[MetricHeapBlksPerJob], m[MetricIdxBlksPerJob] = heap/jobs, idx/jobs
 	m[MetricDeadTuples] = float64(after.dead)
+	m[MetricUpdatesPerJob] = float64(after.upd-before.upd) / jobs
 	if upd := after.upd - before.upd; upd > 0 {
 		m[MetricHOTPct] = 100 * float64(after.hotUpd-before.hotUpd) / float64(upd)
 	}
@@ -749,7 +817,7 @@ func layoutClaimLoop(ctx context.Context, e *env, d layoutDef, id string, want i
 		}
 		ids, gens = ids[:0], gens[:0]
 		q, args := d.claimArgs(cur, id)
-		rows, err := e.pool.Query(ctx, q, args...)
+		rows, err := d.queryClaim(ctx, e, q, args)
 		if isSerializationFailure(err) {
 			retries.Add(1)
 			continue
@@ -771,6 +839,7 @@ func layoutClaimLoop(ctx context.Context, e *env, d layoutDef, id string, want i
 			}
 			ids, gens = append(ids, jid), append(gens, gen)
 		}
+		rows.Close()
 		if err := rows.Err(); isSerializationFailure(err) {
 			// Nothing was claimed, even of the rows already read: the statement rolled
 			// back whole.
@@ -804,6 +873,59 @@ func layoutClaimLoop(ctx context.Context, e *env, d layoutDef, id string, want i
 		last.Store(int64(time.Since(t0)))
 	}
 	return nil
+}
+
+// queryClaim runs the claim q, after the layout's claimLock, if it has one, in the
+// same transaction: one round trip, a statement each.
+func (d layoutDef) queryClaim(ctx context.Context, e *env, q string, args []any) (layoutRows, error) {
+	if d.claimLock == "" {
+		return e.pool.Query(ctx, q, args...)
+	}
+	b := &pgx.Batch{}
+	b.Queue(d.claimLock)
+	b.Queue(q, args...)
+	br := e.pool.SendBatch(ctx, b)
+	if _, err := br.Exec(); err != nil {
+		_ = br.Close()
+		return nil, fmt.Errorf("lock the queue: %w", err)
+	}
+	rows, err := br.Query()
+	if err != nil {
+		_ = br.Close()
+		return nil, err
+	}
+	return &batchRows{Rows: rows, br: br}, nil
+}
+
+// layoutRows are a claim's rows; Close releases what the claim held.
+type layoutRows interface {
+	Next() bool
+	Scan(...any) error
+	Err() error
+	Close()
+}
+
+// batchRows closes the batch, ending its transaction, when its rows are closed; Err
+// then reports the batch's error too (the commit's, say).
+type batchRows struct {
+	pgx.Rows
+	br       pgx.BatchResults
+	closed   bool
+	closeErr error
+}
+
+func (r *batchRows) Close() {
+	r.Rows.Close()
+	if !r.closed {
+		r.closed, r.closeErr = true, r.br.Close()
+	}
+}
+
+func (r *batchRows) Err() error {
+	if err := r.Rows.Err(); err != nil {
+		return err
+	}
+	return r.closeErr
 }
 
 // isSerializationFailure reports whether err is PostgreSQL's serialization_failure.

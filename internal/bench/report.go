@@ -74,7 +74,7 @@ var workloadMetrics = map[string][]string{
 	WorkloadSteady: {MetricJobsPerSec, MetricInsertedPerSec},
 	WorkloadIdle:   {MetricXactPerSec, MetricStmtsPerSec, MetricClaimsPerSec},
 	WorkloadLayout: {MetricJobsPerSec, MetricWALPerJob, MetricHeapBlksPerClaim, MetricIdxBlksPerClaim,
-		MetricHeapBlksPerJob, MetricIdxBlksPerJob, MetricExplainBlksPerClaim, MetricDeadTuples, MetricHOTPct, MetricVacuumMs,
+		MetricHeapBlksPerJob, MetricIdxBlksPerJob, MetricExplainBlksPerClaim, MetricDeadTuples, MetricUpdatesPerJob, MetricHOTPct, MetricVacuumMs,
 		MetricHotPagesBefore, MetricHotPagesAfter, MetricHotPagesVacuumed},
 	WorkloadLatency: {MetricP50, MetricP95, MetricP99, MetricMeanMs, MetricMaxMs, MetricPickupP50, MetricPickupP99, MetricArrivalRate},
 }

@@ -35,11 +35,11 @@ func benchCommand() *ucli.Command {
 			"           a database the bench creates and drops (needs CREATEDB), statements/s\n" +
 			"           and claims/s, medians and the ratio N queues / 1 queue\n" +
 			"  layout   storage layouts at the bare-SQL level (--layouts single,split,partitioned,\n" +
-			"           narrow,heaponly): --retained finished jobs, --jobs drained by\n" +
+			"           narrow,heaponly,leaseset): --retained finished jobs, --jobs drained by\n" +
 			"           --ceiling-claimers (claim 1,000, one batched fenced completion each);\n" +
 			"           jobs/s, WAL per job, heap and index blocks per claim and per job, dead\n" +
-			"           tuples, the share of heap-only updates, claims retried, VACUUM time,\n" +
-			"           pages of the hot tables\n" +
+			"           tuples, rows updated per job and the share of them heap-only, claims\n" +
+			"           retried, VACUUM time, pages of the hot tables\n" +
 			"  ui       the dashboard's pages' server time with --rows finished jobs retained\n" +
 			"           (each size in a schema of its own, seeded, rolled up and analysed),\n" +
 			"           the median of --requests requests per page through the handler in\n" +
@@ -83,6 +83,7 @@ func benchCommand() *ucli.Command {
 			&ucli.IntFlag{Name: "compare-queues", Usage: "drain: alternate runs on 1 queue and on `N` queues (--workers split over them) and report N/1", DefaultText: "off"},
 			&ucli.IntFlag{Name: "args-bytes", Usage: "pad each job's args with `N` bytes that do not compress", DefaultText: "none"},
 			&ucli.BoolFlag{Name: "commit-writes", Usage: "fenced: fenceq's handler commits through Job.CommitWrites (one pipeline) instead of Job.Commit"},
+			&ucli.BoolFlag{Name: "no-search-indexes", Usage: "fenceq's side: drop history's search indexes after migrating, to measure what they cost"},
 			&ucli.DurationFlag{Name: "job-sleep", Usage: "drain, fenced: each handler sleeps this long (memory per running job)", DefaultText: "none"},
 			&ucli.StringFlag{Name: "layouts", Usage: "layout: the layouts compared, comma-separated", DefaultText: strings.Join(bench.Layouts, ",")},
 			&ucli.StringFlag{Name: "rows", Usage: "ui: the sizes of retained history measured, finished jobs, comma-separated", DefaultText: "10000,1000000"},
@@ -121,6 +122,7 @@ func benchCommand() *ucli.Command {
 				ArgsBytes:       c.Int("args-bytes"),
 				JobSleep:        c.Duration("job-sleep"),
 				CommitWrites:    c.Bool("commit-writes"),
+				NoSearchIndexes: c.Bool("no-search-indexes"),
 				TraceSQL:        c.Bool("trace-sql"),
 				Layouts:         splitList(c.String("layouts")),
 			}
