@@ -226,17 +226,25 @@ func layoutSingle() layoutDef {
 	return d
 }
 
+// splitTables are the tables of split and the layouts built on it, without indexes: the
+// hot table (created WITH hotWith, when given) and the history.
+func splitTables(hotWith string) []string {
+	return []string{sqlLayoutMaskFunction,
+		"CREATE TABLE jobs (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY," + layoutColumns + ")" + hotWith,
+		"CREATE TABLE jobs_history (id bigint PRIMARY KEY," + layoutColumns + ")"}
+}
+
+// historyIndexes are the indexes of the history of split and partitioned.
+var historyIndexes = []string{"CREATE INDEX ON jobs_history (finished_at)", "CREATE INDEX ON jobs_history (kind, id)"}
+
 func layoutSplit() layoutDef {
 	d := layoutDef{
 		name: LayoutSplit,
 		describe: "hot table of unfinished jobs (primary key, claim, lease, due, kind and unique-key indexes) and a " +
 			"history table (id primary key, finished_at and (kind, id) indexes); completion DELETEs from the hot table " +
 			"and INSERTs into the history in one statement",
-		ddl: append(append([]string{sqlLayoutMaskFunction,
-			"CREATE TABLE jobs (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY," + layoutColumns + ")",
-			"CREATE TABLE jobs_history (id bigint PRIMARY KEY," + layoutColumns + ")"},
-			indexes("jobs", idxClaim, idxLease, idxDue, idxKind, idxUnique)...),
-			"CREATE INDEX ON jobs_history (finished_at)", "CREATE INDEX ON jobs_history (kind, id)"),
+		ddl: append(append(splitTables(""), indexes("jobs", idxClaim, idxLease, idxDue, idxKind, idxUnique)...),
+			historyIndexes...),
 		tables:      []string{"jobs", "jobs_history"},
 		hot:         []string{"jobs"},
 		retain:      fmt.Sprintf(sqlRetainJobs, "jobs_history", "id, ", "g, "),
@@ -274,7 +282,7 @@ func layoutPartitioned() layoutDef {
 			"CREATE TABLE jobs_hot PARTITION OF jobs FOR VALUES IN (false)",
 			"CREATE TABLE jobs_history PARTITION OF jobs FOR VALUES IN (true)"},
 			indexes("jobs_hot", idxClaim, idxLease, idxDue, idxKind, idxUnique)...),
-			"CREATE INDEX ON jobs_history (finished_at)", "CREATE INDEX ON jobs_history (kind, id)"),
+			historyIndexes...),
 		tables: []string{"jobs"},
 		hot:    []string{"jobs_hot"},
 		retain: fmt.Sprintf(sqlRetainJobs, "jobs", "finished, ", "true, "),
@@ -327,12 +335,10 @@ func layoutHeapOnly() layoutDef {
 	d.describe = "split's two tables, with no index on the hot table but its primary key (fillfactor 50), plus " +
 		"narrow's table ready (queue, priority, run_at, id); a claim DELETEs its entries from ready and UPDATEs " +
 		"the job rows, a heap-only update; completion as split"
-	d.ddl = []string{sqlLayoutMaskFunction,
-		"CREATE TABLE jobs (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY," + layoutColumns + ") WITH (fillfactor = 50)",
-		"CREATE TABLE jobs_history (id bigint PRIMARY KEY," + layoutColumns + ")",
-		"CREATE TABLE ready (queue text NOT NULL, priority smallint NOT NULL, run_at timestamptz NOT NULL, " +
-			"id bigint NOT NULL, PRIMARY KEY (queue, priority, run_at, id))",
-		"CREATE INDEX ON jobs_history (finished_at)", "CREATE INDEX ON jobs_history (kind, id)"}
+	d.ddl = append(append(splitTables(" WITH (fillfactor = 50)"),
+		"CREATE TABLE ready (queue text NOT NULL, priority smallint NOT NULL, run_at timestamptz NOT NULL, "+
+			"id bigint NOT NULL, PRIMARY KEY (queue, priority, run_at, id))"),
+		historyIndexes...)
 	d.tables = []string{"jobs", "jobs_history", "ready"}
 	d.hot = []string{"jobs", "ready"}
 	d.afterFill = layoutNarrow().afterFill
@@ -378,16 +384,14 @@ func layoutLeaseSet() layoutDef {
 	d.describe = "split's two tables without the lease index, plus a table leases (claimer primary key, queue, " +
 		"expires_at, job_ids bigint[]) and a table queues; a claim locks its queue's row, skips the ids any lease " +
 		"holds and replaces the claimer's lease with the ids it takes, writing no job row; completion as split"
-	d.ddl = append(append([]string{sqlLayoutMaskFunction,
-		"CREATE TABLE jobs (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY," + layoutColumns + ")",
-		"CREATE TABLE jobs_history (id bigint PRIMARY KEY," + layoutColumns + ")",
+	d.ddl = append(append(append(splitTables(""),
 		"CREATE TABLE queues (queue text PRIMARY KEY)",
 		"INSERT INTO queues VALUES ('default')",
-		"CREATE TABLE leases (claimer text PRIMARY KEY, queue text NOT NULL, expires_at timestamptz NOT NULL, " +
+		"CREATE TABLE leases (claimer text PRIMARY KEY, queue text NOT NULL, expires_at timestamptz NOT NULL, "+
 			"job_ids bigint[] NOT NULL)",
-		"CREATE INDEX ON leases (expires_at)"},
+		"CREATE INDEX ON leases (expires_at)"),
 		indexes("jobs", idxClaim, idxDue, idxKind, idxUnique)...),
-		"CREATE INDEX ON jobs_history (finished_at)", "CREATE INDEX ON jobs_history (kind, id)")
+		historyIndexes...)
 	d.tables = []string{"jobs", "jobs_history", "queues", "leases"}
 	d.hot = []string{"jobs", "leases"}
 	d.claimLock = `SELECT 1 FROM queues WHERE queue = 'default' FOR UPDATE`
