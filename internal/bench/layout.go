@@ -374,10 +374,11 @@ RETURNING j.id, j.lease_gen, j.priority, j.run_at`
 // the queue's row lock and skips the ids that any lease holds. A job row keeps its
 // state (available) and its generation while it runs, so the claim index still lists
 // it; the claimer's cursor passes the held ones. The fence is unchanged: the completion
-// matches each job's generation as the claim read it, and a rescue of an expired lease
-// would bump the generations of the jobs it still held, row by row, before releasing
-// them. The completion is split's, writing the attempt and the generation the claim of
-// the other layouts writes. What the engine would change for it is in docs/design.md.
+// matches each job's generation as the claim read it, and a job leaving a lease other
+// than by its completion (rescued, or retried by its holder) would have its generation
+// bumped in its row before it could be claimed again. The completion is split's,
+// writing the attempt and the generation the claim of the other layouts writes. What
+// the engine would change for it is in docs/design.md.
 func layoutLeaseSet() layoutDef {
 	d := layoutSplit()
 	d.name = LayoutLeaseSet
