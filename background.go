@@ -141,8 +141,10 @@ func (w *Worker) flushCompletions(batch []*execution) {
 	// outputs stays nil unless a job of the batch recorded output. The executions are
 	// sealed (their handlers returned before they were queued), so output is final.
 	var outputs [][]byte
+	moving := true
 	for i, e := range batch {
 		leases[i] = e.lease
+		moving = moving && store.MovesOutOnCompletion(e.row)
 		if e.output != nil {
 			if outputs == nil {
 				outputs = make([][]byte, len(batch))
@@ -151,7 +153,13 @@ func (w *Worker) flushCompletions(batch []*execution) {
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), w.cfg.WriteTimeout)
-	lost, err := store.CompleteManyWithOutputs(ctx, w.pool, w.cfg.ID, leases, outputs)
+	complete := store.CompleteManyWithOutputs
+	if moving {
+		// No job of the batch keeps its unique key once completed: each one moves to
+		// history, and the statement leaves out the arm that would update one in place.
+		complete = store.CompleteManyMoving
+	}
+	lost, err := complete(ctx, w.pool, w.cfg.ID, leases, outputs)
 	cancel()
 	if err != nil {
 		// Outcome unknown: settle each one on its own, looking before writing again. The

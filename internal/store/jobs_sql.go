@@ -397,7 +397,17 @@ var sqlCompletedAlready = `
 // A lease whose job is already completed under the same generation is neither
 // completed again nor rejected: that completion was the attempt's own (see
 // sqlComplete). The lookup runs only for the leases upd did not complete.
-var sqlCompleteMany = completeManyUpdate("$4", false) + `,
+var sqlCompleteMany = completeManySQL(false)
+
+// sqlCompleteManyMoving is sqlCompleteMany for a batch of jobs that each keep no unique
+// key once completed (CompleteManyMoving): the finish's moving CTEs, without the
+// in-place arm, which would probe fenceq_jobs_hot_keeps_idx once per job of the batch and
+// set up an UPDATE of the hot set to match no row.
+var sqlCompleteManyMoving = completeManySQL(true)
+
+// completeManySQL is sqlCompleteMany, with the moving CTEs alone when moving.
+func completeManySQL(moving bool) string {
+	return completeManyUpdate("$4", false, moving) + `,
 rej AS (
     INSERT INTO fenceq_lease_events (job_id, lease_gen, worker_id, kind, detail)
     SELECT l.lid, l.lgen, $3, ` + sqlEventStaleWrite + `, 'complete'
@@ -406,12 +416,13 @@ rej AS (
             WHERE d.id = l.lid AND d.lease_gen = l.lgen AND d.state = ` + sqlCompleted + ` AND d.id = ANY($1::bigint[]))
     RETURNING job_id, lease_gen)
 SELECT COALESCE(array_agg(job_id), '{}')::bigint[], COALESCE(array_agg(lease_gen), '{}')::bigint[] FROM rej`
+}
 
 // sqlCompleteManyRouted is sqlCompleteMany without the rejection records, for Citus
 // (see fencedSQL): $1 ids, $2 generations, $3 outputs. It returns the (id, generation)
 // pairs it completed, with those it found already completed under the same generation;
 // the caller records the others.
-var sqlCompleteManyRouted = completeManyUpdate("$3", true) + `,
+var sqlCompleteManyRouted = completeManyUpdate("$3", true, false) + `,
 done AS (
     SELECT id, lease_gen FROM upd
     UNION ALL
@@ -421,14 +432,18 @@ done AS (
 SELECT COALESCE(array_agg(id), '{}')::bigint[], COALESCE(array_agg(lease_gen), '{}')::bigint[] FROM done`
 
 // completeManyUpdate is the batch of leases ($1 ids, $2 generations, outputs the
-// parameter named) and its fenced UPDATE, the CTEs both forms of the batched completion
-// start with.
-func completeManyUpdate(outputs string, inPlace bool) string {
+// parameter named) and its fenced completion, the CTEs both forms of the batched
+// completion start with: one UPDATE when inPlace (Citus), else the finish's CTEs, their
+// moving form alone when moving.
+func completeManyUpdate(outputs string, inPlace, moving bool) string {
 	f := completion("upd", "j.id = l.lid AND j.lease_gen = l.lgen AND j.state = l.lstate AND j.id = ANY($1::bigint[])", "l", "l.lout",
 		"lout", "id, lease_gen")
 	write := f.ctes()
-	if inPlace {
+	switch {
+	case inPlace:
 		write = f.inPlace()
+	case moving:
+		write = f.movingCTEs()
 	}
 	return `
 WITH l AS MATERIALIZED (

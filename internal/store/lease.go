@@ -470,6 +470,21 @@ func CompleteMany(ctx context.Context, db queue.DBTX, holder string, leases []qu
 // statement, fenced like its completion: outputs[i] belongs to leases[i] (nil for none),
 // or outputs is nil when no job has one.
 func CompleteManyWithOutputs(ctx context.Context, db queue.DBTX, holder string, leases []queue.Lease, outputs [][]byte) ([]queue.Lease, error) {
+	return completeMany(ctx, db, holder, leases, outputs, false)
+}
+
+// CompleteManyMoving is CompleteManyWithOutputs for jobs that each keep no unique key
+// once completed (MovesOutOnCompletion of each one's row, which nothing changes while it
+// runs): every completion moves its job to history, and the statement leaves out the
+// in-place update of a job that keeps its key, which would cost each job of the batch a
+// probe of an index. A job that does keep its key is not completed and comes back as
+// lost. On Citus it is CompleteManyWithOutputs.
+func CompleteManyMoving(ctx context.Context, db queue.DBTX, holder string, leases []queue.Lease, outputs [][]byte) ([]queue.Lease, error) {
+	return completeMany(ctx, db, holder, leases, outputs, true)
+}
+
+// completeMany is CompleteManyWithOutputs, in the moving form when moving.
+func completeMany(ctx context.Context, db queue.DBTX, holder string, leases []queue.Lease, outputs [][]byte, moving bool) ([]queue.Lease, error) {
 	if len(leases) == 0 {
 		return nil, nil
 	}
@@ -486,7 +501,11 @@ func CompleteManyWithOutputs(ctx context.Context, db queue.DBTX, holder string, 
 	err := onConn(ctx, db, func(db queue.DBTX, dist bool) error {
 		if !dist {
 			var lostIDs, lostGens []int64
-			if err := db.QueryRow(ctx, sqlCompleteMany, customPlan, ids, gens, holder, outputs).Scan(&lostIDs, &lostGens); err != nil {
+			q := sqlCompleteMany
+			if moving {
+				q = sqlCompleteManyMoving
+			}
+			if err := db.QueryRow(ctx, q, customPlan, ids, gens, holder, outputs).Scan(&lostIDs, &lostGens); err != nil {
 				return err
 			}
 			lost = pickLeases(leases, lostIDs, lostGens, true)

@@ -393,3 +393,61 @@ func TestWithLeaseMovesOut(t *testing.T) {
 		t.Fatalf("job %d keeping its key: %s, results %d", pl.JobID, j.State, b.results(t, pl.JobID))
 	}
 }
+
+// CompleteManyMoving completes a batch of jobs that keep no key once completed, moving
+// each to history with its output; a job that keeps its key comes back lost and stays
+// running, and CompleteManyWithOutputs then completes it in place.
+func TestCompleteManyMoving(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.insert(t, store.InsertParams{Kind: "plain"})
+	b.insert(t, store.InsertParams{Kind: "keyed", Unique: queue.UniqueOpts{ByArgs: true}})
+	b.insert(t, store.InsertParams{Kind: "kept", Unique: queue.UniqueOpts{ByArgs: true,
+		ByState: append(queue.UnfinishedStates(), queue.StateCompleted)}})
+	var moving []queue.Lease
+	var kept queue.Lease
+	for _, j := range b.claim(t, "holder", 3, time.Minute) {
+		if j.Kind == "kept" {
+			kept = store.LeaseOf(j)
+			if store.MovesOutOnCompletion(j) {
+				t.Fatalf("job %d keeps its key once completed (%v), yet moves out", j.ID, j.UniqueStates)
+			}
+			continue
+		}
+		if !store.MovesOutOnCompletion(j) {
+			t.Fatalf("job %d (%s) does not move out", j.ID, j.Kind)
+		}
+		moving = append(moving, store.LeaseOf(j))
+	}
+	if len(moving) != 2 || kept.JobID == 0 {
+		t.Fatalf("claimed %v moving and %v kept", moving, kept)
+	}
+	lost, err := store.CompleteManyMoving(b.ctx, b.db.Pool, "holder", moving, [][]byte{[]byte(`{"n":1}`), nil})
+	if err != nil || len(lost) != 0 {
+		t.Fatalf("complete moving: lost %v, %v", lost, err)
+	}
+	for i, l := range moving {
+		var state string
+		var output *string
+		if err := b.db.Pool.QueryRow(b.ctx, `SELECT state, output::text FROM fenceq_jobs_history WHERE id = $1`, l.JobID).Scan(&state, &output); err != nil {
+			t.Fatalf("job %d not in history: %v", l.JobID, err)
+		}
+		if state != "completed" || (i == 0) != (output != nil && *output == `{"n": 1}`) {
+			t.Fatalf("job %d: %s, output %v", l.JobID, state, output)
+		}
+	}
+	lost, err = store.CompleteManyMoving(b.ctx, b.db.Pool, "holder", []queue.Lease{kept}, nil)
+	if err != nil || len(lost) != 1 || lost[0] != kept {
+		t.Fatalf("a job keeping its key completed as moving out: lost %v, %v", lost, err)
+	}
+	if j := b.job(t, kept.JobID); j.State != queue.StateRunning {
+		t.Fatalf("job %d keeping its key: %s after the moving completion", kept.JobID, j.State)
+	}
+	if lost, err := store.CompleteManyWithOutputs(b.ctx, b.db.Pool, "holder", []queue.Lease{kept}, nil); err != nil || len(lost) != 0 {
+		t.Fatalf("complete the kept job: lost %v, %v", lost, err)
+	}
+	var inHot bool
+	if err := b.db.Pool.QueryRow(b.ctx, `SELECT EXISTS (SELECT 1 FROM fenceq_jobs_hot WHERE id = $1 AND state = 'completed')`, kept.JobID).Scan(&inHot); err != nil || !inHot {
+		t.Fatalf("kept job %d not completed in place: %v, %v", kept.JobID, inHot, err)
+	}
+}
