@@ -257,11 +257,6 @@ func (e *execution) settle(err error, trace string, cause error) {
 		return w.log.With("job_id", e.lease.JobID, "lease_gen", e.lease.Gen, "kind", e.row.Kind, "queue", e.row.Queue)
 	}
 
-	var snooze *snoozeError
-	var wait *waitError
-	var cancelE *cancelError
-	var discard *discardError
-	var panicE *PanicError
 	switch {
 	case committed:
 		if err != nil {
@@ -294,7 +289,20 @@ func (e *execution) settle(err error, trace string, cause error) {
 		e.freeSlot()
 		return
 	}
+	e.settleFailure(err, trace, cause, log)
+}
 
+// settleFailure is settle for a handler that returned an error (or a snooze, wait or
+// cancel request) under a lease it still holds: it records the outcome with a fenced
+// write. It is apart from settle so that the targets of its errors.As calls, which
+// escape, are allocated only when a handler fails.
+func (e *execution) settleFailure(err error, trace string, cause error, log func() *slog.Logger) {
+	w := e.w
+	var snooze *snoozeError
+	var wait *waitError
+	var cancelE *cancelError
+	var discard *discardError
+	var panicE *PanicError
 	if errors.As(err, &wait) && wait.bad != nil {
 		// An invalid wait request fails the attempt like any other error.
 		err = wait.bad
