@@ -711,11 +711,12 @@ func TestLayoutAllLayouts(t *testing.T) {
 	}
 	// A lease-set claim writes no job row: the only rows it updates are its claimer's
 	// lease, one per claim after the claimer's first, where split's claims update every
-	// job once. It writes no lease-index or primary-key entry per job either, so it
+	// job once (and the claim explained mid-drain updates rows of its own, counted though
+	// rolled back). It writes no lease-index or primary-key entry per job either, so it
 	// touches fewer index blocks per job.
 	split, leases := sideOf(t, rep, LayoutSplit).Runs[0].Metrics, sideOf(t, rep, LayoutLeaseSet).Runs[0].Metrics
-	if u := split[MetricUpdatesPerJob]; u != 1 {
-		t.Errorf("split: %v updates per job, want 1 (the claim)", u)
+	if u := split[MetricUpdatesPerJob]; u < 1 {
+		t.Errorf("split: %v updates per job, want at least 1 (the claim)", u)
 	}
 	if u, most := leases[MetricUpdatesPerJob], leases[MetricClaims]/leases[MetricJobs]; u > most {
 		t.Errorf("leaseset: %v updates per job, want at most one per claim (%v per job)", u, most)
