@@ -397,17 +397,17 @@ var sqlCompletedAlready = `
 // A lease whose job is already completed under the same generation is neither
 // completed again nor rejected: that completion was the attempt's own (see
 // sqlComplete). The lookup runs only for the leases upd did not complete.
-var sqlCompleteMany = completeManySQL(false)
+var sqlCompleteMany = completeManySQL(finish.ctes)
 
 // sqlCompleteManyMoving is sqlCompleteMany for a batch of jobs that each keep no unique
 // key once completed (CompleteManyMoving): the finish's moving CTEs, without the
 // in-place arm, which would probe fenceq_jobs_hot_keeps_idx once per job of the batch and
 // set up an UPDATE of the hot set to match no row.
-var sqlCompleteManyMoving = completeManySQL(true)
+var sqlCompleteManyMoving = completeManySQL(finish.movingCTEs)
 
-// completeManySQL is sqlCompleteMany, with the moving CTEs alone when moving.
-func completeManySQL(moving bool) string {
-	return completeManyUpdate("$4", false, moving) + `,
+// completeManySQL is sqlCompleteMany with the completion written by write.
+func completeManySQL(write func(finish) string) string {
+	return completeManyUpdate("$4", write) + `,
 rej AS (
     INSERT INTO fenceq_lease_events (job_id, lease_gen, worker_id, kind, detail)
     SELECT l.lid, l.lgen, $3, ` + sqlEventStaleWrite + `, 'complete'
@@ -422,7 +422,7 @@ SELECT COALESCE(array_agg(job_id), '{}')::bigint[], COALESCE(array_agg(lease_gen
 // (see fencedSQL): $1 ids, $2 generations, $3 outputs. It returns the (id, generation)
 // pairs it completed, with those it found already completed under the same generation;
 // the caller records the others.
-var sqlCompleteManyRouted = completeManyUpdate("$3", true, false) + `,
+var sqlCompleteManyRouted = completeManyUpdate("$3", finish.inPlace) + `,
 done AS (
     SELECT id, lease_gen FROM upd
     UNION ALL
@@ -432,24 +432,17 @@ done AS (
 SELECT COALESCE(array_agg(id), '{}')::bigint[], COALESCE(array_agg(lease_gen), '{}')::bigint[] FROM done`
 
 // completeManyUpdate is the batch of leases ($1 ids, $2 generations, outputs the
-// parameter named) and its fenced completion, the CTEs both forms of the batched
-// completion start with: one UPDATE when inPlace (Citus), else the finish's CTEs, their
-// moving form alone when moving.
-func completeManyUpdate(outputs string, inPlace, moving bool) string {
+// parameter named) and its fenced completion, the CTEs every form of the batched
+// completion starts with; write spells the completion (finish.ctes, finish.movingCTEs,
+// or finish.inPlace for Citus).
+func completeManyUpdate(outputs string, write func(finish) string) string {
 	f := completion("upd", "j.id = l.lid AND j.lease_gen = l.lgen AND j.state = l.lstate AND j.id = ANY($1::bigint[])", "l", "l.lout",
 		"lout", "id, lease_gen")
-	write := f.ctes()
-	switch {
-	case inPlace:
-		write = f.inPlace()
-	case moving:
-		write = f.movingCTEs()
-	}
 	return `
 WITH l AS MATERIALIZED (
     SELECT l.*, ` + sqlRunning + `::text AS lstate
     FROM unnest($1::bigint[], $2::bigint[], ` + outputs + `::jsonb[]) AS l(lid, lgen, lout)),
-` + write
+` + write(f)
 }
 
 // sqlFail: $5 discard now, $6 backoff (µs), $7 error, $8 trace, $9 whether the backoff
