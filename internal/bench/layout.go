@@ -197,6 +197,22 @@ const sqlLayoutBatch = `
 WITH l AS MATERIALIZED (
     SELECT l.*, 'running'::text AS lstate FROM unnest($1::bigint[], $2::bigint[]) AS l(lid, lgen))`
 
+// sqlSplitComplete is the completion of split and the layouts built on it: it deletes
+// the batch's rows from the hot table where their state is %[1]s and their generation the
+// batch's, and inserts them into history, completed, with %[2]s their attempt,
+// max_attempts, lease_gen, leased_by, heartbeat_at, lease_expires_at and attempted_at.
+const sqlSplitComplete = `
+WITH l AS MATERIALIZED (
+    SELECT l.*, '%[1]s'::text AS lstate FROM unnest($1::bigint[], $2::bigint[]) AS l(lid, lgen)),
+d AS (
+    DELETE FROM jobs j USING l
+    WHERE j.id = l.lid AND j.lease_gen = l.lgen AND j.state = l.lstate
+    RETURNING j.*)
+INSERT INTO jobs_history (id, ` + layoutColumnNames + `)
+SELECT id, queue, kind, args, 'completed', priority, run_at, %[2]s,
+    unique_key, errors, created_at, now(), metadata, output, unique_states, tags
+FROM d`
+
 const sqlLayoutCompleteUpdate = sqlLayoutBatch + `
 UPDATE %s j SET state = 'completed', finished_at = now(), lease_expires_at = NULL%s
 FROM l
@@ -250,16 +266,8 @@ func layoutSplit() layoutDef {
 		retain:      fmt.Sprintf(sqlRetainJobs, "jobs_history", "id, ", "g, "),
 		afterRetain: "SELECT setval(pg_get_serial_sequence('jobs', 'id'), $1::bigint)",
 		fill:        sqlFillJobs,
-		complete: sqlLayoutBatch + `,
-d AS (
-    DELETE FROM jobs j USING l
-    WHERE j.id = l.lid AND j.lease_gen = l.lgen AND j.state = l.lstate
-    RETURNING j.*)
-INSERT INTO jobs_history (id, ` + layoutColumnNames + `)
-SELECT id, queue, kind, args, 'completed', priority, run_at, attempt, max_attempts, lease_gen, leased_by,
-    heartbeat_at, NULL, attempted_at, unique_key, errors, created_at, now(), metadata, output,
-    unique_states, tags
-FROM d`,
+		complete: fmt.Sprintf(sqlSplitComplete, "running",
+			"attempt, max_attempts, lease_gen, leased_by, heartbeat_at, NULL, attempted_at"),
 		verify: `
 SELECT (SELECT count(*) FROM jobs_history
         WHERE (args->>'seq')::bigint >= 0 AND state = 'completed' AND attempt = 1 AND lease_gen = 1),
@@ -396,17 +404,8 @@ func layoutLeaseSet() layoutDef {
 	d.tables = []string{"jobs", "jobs_history", "queues", "leases"}
 	d.hot = []string{"jobs", "leases"}
 	d.claimLock = `SELECT 1 FROM queues WHERE queue = 'default' FOR UPDATE`
-	d.complete = `
-WITH l AS MATERIALIZED (
-    SELECT l.*, 'available'::text AS lstate FROM unnest($1::bigint[], $2::bigint[]) AS l(lid, lgen)),
-d AS (
-    DELETE FROM jobs j USING l
-    WHERE j.id = l.lid AND j.lease_gen = l.lgen AND j.state = l.lstate
-    RETURNING j.*)
-INSERT INTO jobs_history (id, ` + layoutColumnNames + `)
-SELECT id, queue, kind, args, 'completed', priority, run_at, attempt + 1, max_attempts, lease_gen + 1, NULL,
-    now(), NULL, now(), unique_key, errors, created_at, now(), metadata, output, unique_states, tags
-FROM d`
+	d.complete = fmt.Sprintf(sqlSplitComplete, "available",
+		"attempt + 1, max_attempts, lease_gen + 1, NULL, now(), NULL, now()")
 	d.claimStart, d.claimAfter = layoutClaims(sqlLeaseSetClaim)
 	return d
 }
@@ -882,7 +881,7 @@ func layoutClaimLoop(ctx context.Context, e *env, d layoutDef, id string, want i
 
 // queryClaim runs the claim q, after the layout's claimLock, if it has one, in the
 // same transaction: one round trip, a statement each.
-func (d layoutDef) queryClaim(ctx context.Context, e *env, q string, args []any) (layoutRows, error) {
+func (d layoutDef) queryClaim(ctx context.Context, e *env, q string, args []any) (pgx.Rows, error) {
 	if d.claimLock == "" {
 		return e.pool.Query(ctx, q, args...)
 	}
@@ -900,14 +899,6 @@ func (d layoutDef) queryClaim(ctx context.Context, e *env, q string, args []any)
 		return nil, err
 	}
 	return &batchRows{Rows: rows, br: br}, nil
-}
-
-// layoutRows are a claim's rows; Close releases what the claim held.
-type layoutRows interface {
-	Next() bool
-	Scan(...any) error
-	Err() error
-	Close()
 }
 
 // batchRows closes the batch, ending its transaction, when its rows are closed; Err
