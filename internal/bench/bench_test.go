@@ -785,8 +785,32 @@ func TestNoSearchIndexes(t *testing.T) {
 	if !slices.Equal(names, want) {
 		t.Errorf("history's indexes %v; the primary key, finished_at and searchIndexes are %v", names, want)
 	}
-	rep := run(t, Config{Workload: WorkloadDrain, DatabaseURL: fenceqtest.RequireServerURL(t), Jobs: 500, Runs: 1,
-		NoSearchIndexes: true})
+	// The set-up of fenceq's side leaves history only those two.
+	cfg := Config{Workload: WorkloadDrain, DatabaseURL: fenceqtest.RequireServerURL(t), Jobs: 500, Runs: 1,
+		NoSearchIndexes: true}
+	ctx := context.Background()
+	e, err := newEnv(ctx, cfg.withDefaults(), "nosearch")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.close()
+	if err := newFenceqSystem(cfg).setup(ctx, e); err != nil {
+		t.Fatal(err)
+	}
+	rows, err = e.admin.Query(ctx,
+		`SELECT indexname FROM pg_indexes WHERE schemaname = current_schema() AND tablename = 'fenceq_jobs_history'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	left, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(left)
+	if !slices.Equal(left, []string{"fenceq_jobs_history_finished_idx", "fenceq_jobs_history_pkey"}) {
+		t.Errorf("history's indexes after the set-up without search indexes: %v", left)
+	}
+	rep := run(t, cfg)
 	side := sideOf(t, rep, SystemFenceq)
 	if side.Summary[MetricJobs].Median != 500 || !strings.Contains(side.Config, "search indexes dropped") {
 		t.Errorf("drain without search indexes: %v jobs, config %q", side.Summary[MetricJobs].Median, side.Config)
