@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/fenceq/fenceq/internal/store"
@@ -230,6 +231,7 @@ func (w *Worker) runMaintenance(ctx context.Context) {
 			return
 		case <-reap.C:
 			w.reapOnce(ctx)
+			w.extendHistory(ctx)
 			if err := w.checkFlow(ctx); err != nil && ctx.Err() == nil {
 				w.log.Warn("flow limits check failed", "err", err)
 			}
@@ -280,6 +282,41 @@ func (w *Worker) reapOnce(ctx context.Context) {
 	}
 }
 
+// History's partitions are made historyAhead ids past the last id taken, once the
+// jobs a worker starts come within historyMargin of the first id they do not hold: a
+// worker that keeps up makes them about once per historyAhead - historyMargin jobs, and
+// one that runs no jobs never asks. A job whose id they do not hold still finishes, into
+// the default partition (migration 000023).
+const (
+	historyAhead  = 4_000_000
+	historyMargin = 2_000_000
+)
+
+// extendHistory makes history's partitions ahead of the jobs this worker runs
+// (store.ExtendHistory) when the highest id it has started comes within historyMargin
+// of the first id they do not hold.
+func (w *Worker) extendHistory(ctx context.Context) {
+	w.mu.Lock()
+	top := w.topID
+	w.mu.Unlock()
+	if top == 0 || top+historyMargin < w.historyTo {
+		return
+	}
+	hctx, cancel := context.WithTimeout(ctx, w.cfg.WriteTimeout)
+	defer cancel()
+	to, partitioned, err := store.ExtendHistory(hctx, w.pool, historyAhead)
+	switch {
+	case err != nil:
+		if ctx.Err() == nil {
+			w.log.Warn("making history partitions failed", "err", err)
+		}
+	case !partitioned:
+		w.historyTo = math.MaxInt64
+	default:
+		w.historyTo = to
+	}
+}
+
 // rollupOnce adds the jobs finished since the last roll-up to the job counters the
 // dashboard reads (store.RollupCounts). Every worker tries every CountersInterval; one
 // at a time counts, the others skip.
@@ -308,6 +345,7 @@ func (w *Worker) pruneOnce(ctx context.Context) {
 		}
 	}
 	if w.cfg.RetentionPeriod > 0 {
+		pruned := int64(0)
 		for ctx.Err() == nil {
 			pctx, cancel := context.WithTimeout(ctx, w.cfg.WriteTimeout)
 			n, err := store.PruneFinished(pctx, w.pool, w.cfg.RetentionPeriod, w.cfg.PruneBatchSize)
@@ -316,9 +354,19 @@ func (w *Worker) pruneOnce(ctx context.Context) {
 				w.log.Warn("retention failed", "err", err)
 				break
 			}
+			pruned += n
 			if n < int64(w.cfg.PruneBatchSize) {
 				break
 			}
+		}
+		// Retention may have emptied a partition of history: dropping it returns its
+		// space at once, where the deleted rows' space waits for vacuum.
+		if pruned > 0 && ctx.Err() == nil {
+			dctx, cancel := context.WithTimeout(ctx, w.cfg.WriteTimeout)
+			if _, err := store.DropEmptiedHistory(dctx, w.pool); err != nil && ctx.Err() == nil {
+				w.log.Warn("dropping emptied history partitions failed", "err", err)
+			}
+			cancel()
 		}
 	}
 	pctx, cancel := context.WithTimeout(ctx, w.cfg.WriteTimeout)

@@ -212,6 +212,7 @@ func (w *Worker) newExecution(parent context.Context, row *queue.JobRow, sent ti
 	w.mu.Lock()
 	w.execs[keyOf(e.lease)] = e
 	w.running[row.Queue]++
+	w.topID = max(w.topID, row.ID)
 	w.mu.Unlock()
 	w.execWG.Add(1)
 	w.hooks.jobStarted(&e.jctx, row)

@@ -152,7 +152,13 @@ func (s *fenceqSystem) args(kind string, seq int64) fenceq.JobArgs {
 	return noopArgs{Seq: seq, Pad: s.cfg.padding}
 }
 
+// retain inserts finished jobs from and to into history, after making the partitions
+// that will hold their ids, as a worker does ahead of the jobs it runs: without them the
+// rows would all land in the default partition.
 func (s *fenceqSystem) retain(ctx context.Context, e *env, from, to int64) error {
+	if _, err := e.admin.Exec(ctx, `SELECT fenceq_history_extend($1)`, to-from+1); err != nil {
+		return fmt.Errorf("make history partitions: %w", err)
+	}
 	_, err := e.admin.Exec(ctx, sqlRetainFenceq, from, to)
 	return err
 }

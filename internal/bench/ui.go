@@ -328,8 +328,10 @@ func (r *stmtRecorder) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, _ pgx.Tra
 	}
 }
 
-// scansHistory EXPLAINs st and reports whether its plan has a sequential scan of
-// fenceq_jobs_history.
+// scansHistory EXPLAINs st and reports whether its plan scans sequentially
+// fenceq_jobs_history or one of its partitions that holds rows. The planner reads an
+// empty partition (those made ahead of the ids in use, the default one) sequentially
+// at no cost, whatever the history retained.
 func scansHistory(ctx context.Context, c *pgx.Conn, st recordedStmt) (bool, error) {
 	var plan []byte
 	if err := c.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+st.sql, st.args...).Scan(&plan); err != nil {
@@ -341,8 +343,16 @@ func scansHistory(ctx context.Context, c *pgx.Conn, st recordedStmt) (bool, erro
 	if err := json.Unmarshal(plan, &doc); err != nil {
 		return false, fmt.Errorf("read plan: %w", err)
 	}
+	var rels []string
 	for _, d := range doc {
-		if d.Plan.seqScans("fenceq_jobs_history") {
+		rels = d.Plan.seqScans("fenceq_jobs_history", rels)
+	}
+	for _, rel := range rels {
+		var rows bool
+		if err := c.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+pgx.Identifier{rel}.Sanitize()+")").Scan(&rows); err != nil {
+			return false, fmt.Errorf("look for rows in %s: %w", rel, err)
+		}
+		if rows {
 			return true, nil
 		}
 	}
@@ -356,16 +366,16 @@ type planNode struct {
 	Plans    []planNode `json:"Plans"`
 }
 
-func (n planNode) seqScans(rel string) bool {
-	if n.NodeType == "Seq Scan" && n.Relation == rel {
-		return true
+// seqScans appends to found the relations of the plan scanned sequentially that are rel
+// or a partition of it (named rel_…).
+func (n planNode) seqScans(rel string, found []string) []string {
+	if n.NodeType == "Seq Scan" && (n.Relation == rel || strings.HasPrefix(n.Relation, rel+"_")) {
+		found = append(found, n.Relation)
 	}
 	for _, c := range n.Plans {
-		if c.seqScans(rel) {
-			return true
-		}
+		found = c.seqScans(rel, found)
 	}
-	return false
+	return found
 }
 
 func oneLine(s string, n int) string {
@@ -382,8 +392,10 @@ func oneLine(s string, n int) string {
 // one (1 job in max(100, $1 / 1,000): 100 of them at 10k rows, 1,000 from 100k rows on,
 // so that its list page is a full page at every size); $2 unfinished jobs in the hot set (half available, a tenth running, the rest
 // scheduled or retryable an hour ahead); 2,000 lease events over the last two hours; 8
-// workers; 3 periodic schedules.
-var sqlUISeed = []string{`
+// workers; 3 periodic schedules. History's partitions are made first for every id the
+// seed takes, as workers make them ahead of the jobs they run.
+var sqlUISeed = []string{
+	`SELECT fenceq_history_extend($1::bigint + $2::bigint)`, `
 INSERT INTO fenceq_jobs_history (id, queue, kind, args, state, priority, run_at, attempt, max_attempts, lease_gen,
   leased_by, attempted_at, errors, created_at, finished_at)
 OVERRIDING SYSTEM VALUE

@@ -138,3 +138,28 @@ func PruneLeaseEvents(ctx context.Context, db queue.DBTX, age time.Duration, lim
 	}
 	return tag.RowsAffected(), nil
 }
+
+// ExtendHistory makes history's partitions (fenceq_history_extend) until they hold every
+// job id up to ahead past the last one taken, and returns the first id they do not hold.
+// partitioned is false where history is one table (a Citus distributed schema): then
+// there is nothing to make, ever.
+func ExtendHistory(ctx context.Context, db queue.DBTX, ahead int64) (to int64, partitioned bool, err error) {
+	var covered *int64
+	if err := db.QueryRow(ctx, `SELECT fenceq_history_extend($1)`, ahead).Scan(&covered); err != nil {
+		return 0, false, fmt.Errorf("make history partitions %d ids ahead: %w", ahead, err)
+	}
+	if covered == nil {
+		return 0, false, nil
+	}
+	return *covered, true, nil
+}
+
+// DropEmptiedHistory drops the partitions of history that retention has emptied and that
+// no unfinished job can land in (fenceq_history_drop_emptied), and returns how many.
+func DropEmptiedHistory(ctx context.Context, db queue.DBTX) (int, error) {
+	var n int
+	if err := db.QueryRow(ctx, `SELECT fenceq_history_drop_emptied()`).Scan(&n); err != nil {
+		return 0, fmt.Errorf("drop emptied history partitions: %w", err)
+	}
+	return n, nil
+}

@@ -71,8 +71,9 @@ func ListWorkers(ctx context.Context, db queue.DBTX) ([]queue.WorkerInfo, error)
 // and history of migration 000014, the pending state of 000015, the flow tables and
 // triggers of 000016 (dependencies, workflows, batches, signals and waits), the debounce
 // key and the periodic columns of 000017, the job counters of 000019, the flow limits of
-// 000020 and the queue limits of 000021.
-const SchemaVersion = 21
+// 000020, the queue limits of 000021 and history's partitions of 000023 (the worker
+// makes them ahead of its jobs).
+const SchemaVersion = 23
 
 // CheckSchema returns an error naming the step to take when the core schema on db's
 // search_path is older than SchemaVersion (or not installed, or left dirty by a failed
