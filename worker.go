@@ -64,13 +64,13 @@ type Worker struct {
 	// limited are this worker's queues that have a limit (fenceq_queues.max_running),
 	// as the maintenance pass last read them: claimed one by one under the queue's lock
 	// (store.ClaimInQueueLimit). Guarded by mu.
-	limited    map[string]bool
+	limited map[string]bool
 	// topID is the highest id of a job this worker has started (guarded by mu), and
 	// historyTo the first id history's partitions did not hold when the maintenance
 	// pass last made them (only that pass touches it; math.MaxInt64 where history is
 	// not partitioned).
-	topID     int64
-	historyTo int64
+	topID      int64
+	historyTo  int64
 	flowCursor *store.FlowCursor
 	flowIdleAt time.Time
 	flowKick   bool
