@@ -186,26 +186,30 @@ BEGIN
     IF covered > last_id + ahead THEN
         RETURN covered;
     END IF;
-    lo := greatest(covered, (SELECT max(id) + 1 FROM fenceq_jobs_history_default), 1);
+    -- With no range partition left (all emptied and dropped), start at the partition of
+    -- the next id: the ids before it are taken, and a job among them still unfinished
+    -- lands in the default partition.
+    lo := greatest(coalesce(covered, (last_id + 1) / size * size),
+                   (SELECT max(id) + 1 FROM fenceq_jobs_history_default), 1);
     PERFORM set_config('lock_timeout', (extract(epoch FROM lock_wait) * 1000)::bigint::text, true);
-    BEGIN
-        WHILE lo <= last_id + ahead LOOP
-            hi := (lo / size + 1) * size;
+    WHILE lo <= last_id + ahead LOOP
+        hi := (lo / size + 1) * size;
+        BEGIN
             -- Made apart and then attached, which locks the partitioned table against
             -- other schema changes only: finishing writes and searches go on meanwhile.
             EXECUTE format('CREATE TABLE %I (LIKE fenceq_jobs_history INCLUDING DEFAULTS INCLUDING CONSTRAINTS)',
                            'fenceq_jobs_history_' || lo);
             EXECUTE format('ALTER TABLE fenceq_jobs_history ATTACH PARTITION %I FOR VALUES FROM (%s) TO (%s)',
                            'fenceq_jobs_history_' || lo, lo, hi);
-            covered := hi;
-            lo := hi;
-        END LOOP;
-    EXCEPTION WHEN lock_not_available THEN
-        -- The partitions made in this block are undone with it: report what was there.
-        SELECT max(p.to_id) INTO covered FROM fenceq_history_partitions() p;
-    END;
+        EXCEPTION WHEN lock_not_available THEN
+            -- This partition is undone with its block; those made before it stay.
+            EXIT;
+        END;
+        covered := hi;
+        lo := hi;
+    END LOOP;
     PERFORM set_config('lock_timeout', saved, true);
-    RETURN covered;
+    RETURN coalesce(covered, lo);
 END;
 $fn$;
 
@@ -258,7 +262,8 @@ $fn$;
 
 -- Like the SQL functions of migration 000013: the search_path fixed to this schema, and
 -- no EXECUTE for PUBLIC (the schema's owner, whom fenceq's worker normally connects as,
--- keeps it; docs/sql/roles.sql grants it to other roles).
+-- keeps it; an operator grants it to a worker's role that is not the owner,
+-- docs/operations.md).
 DO $$
 DECLARE
     f text;

@@ -288,6 +288,19 @@ func TestHistoryPartitionsDefaultAndDrop(t *testing.T) {
 		t.Fatalf("job %d of a dropped range finished into %s", late.ID, p)
 	}
 
+	// With no range partition left at all, the next ones start at the partition of the
+	// next id, not at the lowest ids.
+	for _, name := range rangePartitions(ctx, t, db) {
+		if _, err := db.Pool.Exec(ctx, `DROP TABLE `+pgx.Identifier{name}.Sanitize()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setNext(5_500_000)
+	to3, _, err := store.ExtendHistory(ctx, db.Pool, 0)
+	if got := rangePartitions(ctx, t, db); err != nil || to3 != 6_000_000 || !slices.Equal(got, []string{"fenceq_jobs_history_5000000"}) {
+		t.Fatalf("ExtendHistory with no range partition, next id 5,500,000: to %d, %v, partitions %v", to3, err, got)
+	}
+
 	for _, c := range []struct{ sql, arg string }{
 		{`SELECT fenceq_history_extend(-1)`, "ahead"},
 		{`SELECT fenceq_history_extend(1, '0 seconds')`, "lock_wait"},

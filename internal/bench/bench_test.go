@@ -281,6 +281,41 @@ func TestRetainedAndIdleTransaction(t *testing.T) {
 	}
 }
 
+// fenceq's retained jobs are in history's range partitions, none in the default one,
+// and counted in the job counters before the run, as the workers that finished them
+// would have counted them.
+func TestFenceqRetainPartitionsAndCounts(t *testing.T) {
+	t.Parallel()
+	cfg := tiny(t, WorkloadDrain)
+	ctx := context.Background()
+	e, err := newEnv(ctx, cfg, "fenceq")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.close()
+	s := newFenceqSystem(cfg)
+	if err := s.setup(ctx, e); err != nil {
+		t.Fatal(err)
+	}
+	// The ids taken next start 500 below the end of the partitions made so far: the rest
+	// need partitions made for them.
+	if _, err := e.admin.Exec(ctx, `SELECT setval(pg_get_serial_sequence('fenceq_jobs_hot', 'id'),
+		(SELECT max(to_id) FROM fenceq_history_partitions()) - 500)`); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.retain(ctx, e, 1, 1500); err != nil {
+		t.Fatal(err)
+	}
+	var inDefault, counted int64
+	if err := e.admin.QueryRow(ctx, `SELECT (SELECT count(*) FROM fenceq_jobs_history_default),
+		(SELECT coalesce(sum(jobs), 0) FROM fenceq_job_counts)`).Scan(&inDefault, &counted); err != nil {
+		t.Fatal(err)
+	}
+	if inDefault != 0 || counted != 1500 {
+		t.Fatalf("after retaining 1500 jobs: %d in the default partition (want 0), %d counted (want 1500)", inDefault, counted)
+	}
+}
+
 func TestConfigErrorsNameTheSetting(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {

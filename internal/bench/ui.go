@@ -17,7 +17,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/fenceq/fenceq"
 	"github.com/fenceq/fenceq/fenceqweb"
 	"github.com/fenceq/fenceq/migrations"
 )
@@ -207,14 +206,8 @@ func newUISite(ctx context.Context, cfg Config, rows int) (_ *uiSite, err error)
 		}
 	}
 	progressf(cfg.Progress, "ui: rolling up the job counters…\n")
-	for {
-		r, err := fenceq.RollupJobCounts(ctx, e.pool)
-		if err != nil {
-			return nil, err
-		}
-		if !r.Skipped && r.Jobs == 0 {
-			break
-		}
+	if err := rollUpCounters(ctx, e.pool); err != nil {
+		return nil, err
 	}
 	for _, t := range []string{"fenceq_jobs_hot", "fenceq_jobs_history", "fenceq_job_counts", "fenceq_lease_events", "fenceq_workers", "fenceq_periodic"} {
 		if _, err := e.admin.Exec(ctx, "VACUUM ANALYZE "+t); err != nil {
