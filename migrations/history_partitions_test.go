@@ -3,7 +3,6 @@ package migrations_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"slices"
 	"strconv"
 	"strings"
@@ -127,30 +126,11 @@ INSERT INTO fenceq_jobs_hot (kind) SELECT 'work' FROM generate_series(1, 6)`); e
 	}
 
 	lease := func(j *queue.JobRow) queue.Lease { return queue.Lease{JobID: j.ID, Gen: j.LeaseGen, Holder: "old"} }
-	if err := store.Complete(ctx, db.Pool, lease(running[0])); err != nil {
-		t.Fatalf("complete a lease taken before the migration: %v", err)
-	}
-	if p := partitionOf(ctx, t, db, running[0].ID); p != "fenceq_jobs_history_0" {
-		t.Fatalf("completed job %d is in %s, want fenceq_jobs_history_0", running[0].ID, p)
-	}
-	if _, err := store.RequeueJob(ctx, db.Pool, running[1].ID); err != nil {
-		t.Fatal(err)
-	}
-	if err := store.Complete(ctx, db.Pool, lease(running[1])); !errors.Is(err, queue.ErrLeaseLost) {
-		t.Fatalf("completion after revocation: %v, want ErrLeaseLost", err)
-	}
-	if tableOf(ctx, t, db, running[1].ID) != "hot" {
-		t.Fatalf("revoked job %d left the hot set", running[1].ID)
-	}
-	if _, err := db.Pool.Exec(ctx, `CREATE TABLE results (job_id bigint PRIMARY KEY)`); err != nil {
-		t.Fatal(err)
-	}
-	err = store.WithLease(ctx, db.Pool, lease(running[2]), store.LeaseTx{Complete: true}, func(ctx context.Context, tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, `INSERT INTO results VALUES ($1)`, running[2].ID)
-		return err
-	})
-	if err != nil || partitionOf(ctx, t, db, running[2].ID) != "fenceq_jobs_history_0" {
-		t.Fatalf("fenced transaction of a lease taken before the migration: %v", err)
+	settleLeasesFromBefore(ctx, t, db, [3]queue.Lease{lease(running[0]), lease(running[1]), lease(running[2])})
+	for _, j := range []*queue.JobRow{running[0], running[2]} {
+		if p := partitionOf(ctx, t, db, j.ID); p != "fenceq_jobs_history_0" {
+			t.Fatalf("job %d, completed, is in %s, want fenceq_jobs_history_0", j.ID, p)
+		}
 	}
 	// A search by args reads the retained rows through the partition's index.
 	page, err := store.ListJobsPage(ctx, db.Pool, queue.ListParams{JobFilter: queue.JobFilter{Args: json.RawMessage(`{"n": 7}`)}})
@@ -161,10 +141,7 @@ INSERT INTO fenceq_jobs_hot (kind) SELECT 'work' FROM generate_series(1, 6)`); e
 	if err := migrations.Down(ctx, db.Pool, 1); err != nil {
 		t.Fatalf("down to 22: %v", err)
 	}
-	var down int
-	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM fenceq_jobs`).Scan(&down); err != nil || down != after {
-		t.Fatalf("jobs after down: %d, want %d: %v", down, after, err)
-	}
+	requireJobs(ctx, t, db, after, "after down")
 	if names := historyIndexes(ctx, t, db, "fenceq_jobs_history"); len(names) != len(before) {
 		t.Fatalf("history's indexes after down: %v, want the names of %v", names, before)
 	}

@@ -80,6 +80,45 @@ func tableOf(ctx context.Context, t *testing.T, db *fenceqtest.DB, id int64) str
 	return "none"
 }
 
+// settleLeasesFromBefore settles, with this engine, three leases taken before a
+// migration: the first holder completes; the second's lease is revoked by an operator
+// and its completion is rejected; the third runs a fenced transaction that writes a row
+// (in a table results it creates) and completes. The caller checks where the jobs went.
+func settleLeasesFromBefore(ctx context.Context, t *testing.T, db *fenceqtest.DB, leases [3]queue.Lease) {
+	t.Helper()
+	if err := store.Complete(ctx, db.Pool, leases[0]); err != nil {
+		t.Fatalf("complete a lease taken before the migration: %v", err)
+	}
+	if _, err := store.RequeueJob(ctx, db.Pool, leases[1].JobID); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Complete(ctx, db.Pool, leases[1]); !errors.Is(err, queue.ErrLeaseLost) {
+		t.Fatalf("completion after revocation: %v, want ErrLeaseLost", err)
+	}
+	if tableOf(ctx, t, db, leases[1].JobID) != "hot" {
+		t.Fatalf("revoked job %d left the hot set", leases[1].JobID)
+	}
+	if _, err := db.Pool.Exec(ctx, `CREATE TABLE results (job_id bigint PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	err := store.WithLease(ctx, db.Pool, leases[2], store.LeaseTx{Complete: true}, func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `INSERT INTO results VALUES ($1)`, leases[2].JobID)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("fenced transaction of a lease taken before the migration: %v", err)
+	}
+}
+
+// requireJobs fails the test unless the view of every job holds want jobs.
+func requireJobs(ctx context.Context, t *testing.T, db *fenceqtest.DB, want int, when string) {
+	t.Helper()
+	var n int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM fenceq_jobs`).Scan(&n); err != nil || n != want {
+		t.Fatalf("jobs %s: %d, want %d: %v", when, n, want, err)
+	}
+}
+
 // Migration 000014 moves a schema-13 database's jobs to the hot set and history while
 // jobs are running: finished jobs move to history (but a job holding its unique key in
 // its final state stays hot), running jobs keep their leases, and their holders then
@@ -133,31 +172,11 @@ INSERT INTO fenceq_jobs (kind) SELECT 'work' FROM generate_series(1, 6)`); err !
 	}
 
 	lease := func(r leaseRow) queue.Lease { return queue.Lease{JobID: r.id, Gen: r.gen, Holder: "old"} }
-	// The first holder completes through the new engine: the job moves to history.
-	if err := store.Complete(ctx, db.Pool, lease(running[0])); err != nil {
-		t.Fatalf("complete a lease taken before the migration: %v", err)
-	}
-	if got := tableOf(ctx, t, db, running[0].id); got != "history" {
-		t.Fatalf("completed job is in %s, want history", got)
-	}
-	// The second holder's lease is revoked by an operator; its completion is rejected
-	// and recorded.
-	if _, err := store.RequeueJob(ctx, db.Pool, running[1].id); err != nil {
-		t.Fatal(err)
-	}
-	if err := store.Complete(ctx, db.Pool, lease(running[1])); !errors.Is(err, queue.ErrLeaseLost) {
-		t.Fatalf("completion after revocation: %v, want ErrLeaseLost", err)
-	}
-	// The third holder runs a fenced transaction that writes a row and completes.
-	if _, err := db.Pool.Exec(ctx, `CREATE TABLE results (job_id bigint PRIMARY KEY)`); err != nil {
-		t.Fatal(err)
-	}
-	err := store.WithLease(ctx, db.Pool, lease(running[2]), store.LeaseTx{Complete: true}, func(ctx context.Context, tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, `INSERT INTO results VALUES ($1)`, running[2].id)
-		return err
-	})
-	if err != nil || tableOf(ctx, t, db, running[2].id) != "history" {
-		t.Fatalf("fenced transaction of a lease taken before the migration: %v", err)
+	settleLeasesFromBefore(ctx, t, db, [3]queue.Lease{lease(running[0]), lease(running[1]), lease(running[2])})
+	for _, r := range []leaseRow{running[0], running[2]} {
+		if got := tableOf(ctx, t, db, r.id); got != "history" {
+			t.Fatalf("job %d, completed, is in %s, want history", r.id, got)
+		}
 	}
 	// The fourth holder is a worker built before the migration: its completion goes
 	// through the view's trigger, fenced; after a revocation it matches nothing.
@@ -189,10 +208,7 @@ INSERT INTO fenceq_jobs (kind) SELECT 'work' FROM generate_series(1, 6)`); err !
 	if err := migrations.Down(ctx, db.Pool, 1); err != nil {
 		t.Fatalf("down to 13: %v", err)
 	}
-	var down int
-	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM fenceq_jobs`).Scan(&down); err != nil || down != after {
-		t.Fatalf("jobs after down: %d, want %d: %v", down, after, err)
-	}
+	requireJobs(ctx, t, db, after, "after down")
 	if err := migrations.Up(ctx, db.Pool); err != nil {
 		t.Fatalf("up again: %v", err)
 	}
