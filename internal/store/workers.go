@@ -95,12 +95,14 @@ WHERE to_regclass('fenceq_schema_migrations') IS NOT NULL`).Scan(&version, &dirt
 	if !found {
 		// No version recorded where this connection looks (a schema set up without
 		// fenceq's migration runner, or a coordinator that does not show it): check that
-		// the tables of the current version are there instead, the newest by the column
-		// its migration added.
+		// the objects of the current version are there instead, the newest by the
+		// function its migration added (000023; it leaves a Citus schema's tables as they
+		// were).
 		var ok bool
 		if err := db.QueryRow(ctx, `SELECT to_regclass('fenceq_jobs_hot') IS NOT NULL AND to_regclass('fenceq_job_counts') IS NOT NULL
     AND EXISTS (SELECT 1 FROM pg_catalog.pg_attribute WHERE attrelid = to_regclass('fenceq_queues')
-                AND attname = 'max_running' AND NOT attisdropped)`).Scan(&ok); err != nil {
+                AND attname = 'max_running' AND NOT attisdropped)
+    AND to_regprocedure('fenceq_history_extend(bigint, interval)') IS NOT NULL`).Scan(&ok); err != nil {
 			return fmt.Errorf("check fenceq's schema: %w", err)
 		}
 		if !ok {
