@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fenceq/fenceq"
+	"github.com/fenceq/fenceq/internal/store"
 	"github.com/fenceq/fenceq/migrations"
 	"github.com/fenceq/fenceq/queue"
 )
@@ -158,8 +159,8 @@ func (s *fenceqSystem) args(kind string, seq int64) fenceq.JobArgs {
 // counters, as the workers that finished them would have: otherwise the run's first
 // roll-up would count every retained job, inside the measured run.
 func (s *fenceqSystem) retain(ctx context.Context, e *env, from, to int64) error {
-	if _, err := e.admin.Exec(ctx, `SELECT fenceq_history_extend($1)`, to-from+1); err != nil {
-		return fmt.Errorf("make history partitions: %w", err)
+	if _, _, err := store.ExtendHistory(ctx, e.admin, to-from+1); err != nil {
+		return err
 	}
 	if _, err := e.admin.Exec(ctx, sqlRetainFenceq, from, to); err != nil {
 		return err
