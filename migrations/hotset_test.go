@@ -204,9 +204,9 @@ INSERT INTO fenceq_jobs (kind) SELECT 'work' FROM generate_series(1, 6)`); err !
 		t.Fatalf("refused enqueue wrote %d jobs: %v", n, err)
 	}
 
-	// Down to 13 and up again keeps every job.
+	// One step down and up again keeps every job.
 	if err := migrations.Down(ctx, db.Pool, 1); err != nil {
-		t.Fatalf("down to 13: %v", err)
+		t.Fatalf("one step down: %v", err)
 	}
 	requireJobs(ctx, t, db, after, "after down")
 	if err := migrations.Up(ctx, db.Pool); err != nil {

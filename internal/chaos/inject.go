@@ -33,18 +33,32 @@ func (e *Env) waitHolding(ctx context.Context, w *Worker, within time.Duration) 
 	}
 }
 
+// holderWait bounds how long a fault that needs a lease of a particular job waits for
+// any worker to hold one. Under a loaded machine claims come late, and a fault fired on
+// a worker that holds nothing would test an idle process; the workload's next wave
+// brings new jobs of each kind well within it.
+const holderWait = 2 * time.Minute
+
 // holderWhere returns w when it comes to hold a lease that the count query sql finds
-// within holdWait, else the first other worker holding one now, else w.
-func (e *Env) holderWhere(ctx context.Context, w *Worker, sql string) *Worker {
+// within holdWait, else the first worker that comes to hold one within holderWait,
+// else an error: the fault then does not fire, rather than fire on a worker whose
+// lease it could not test.
+func (e *Env) holderWhere(ctx context.Context, w *Worker, sql string) (*Worker, error) {
 	if e.waitHoldingWhere(ctx, w, holdWait, sql) {
-		return w
+		return w, nil
 	}
-	for _, o := range e.Workers {
-		if e.waitHoldingWhere(ctx, o, 0, sql) {
-			return o
+	deadline := time.Now().Add(holderWait)
+	for {
+		for _, o := range e.Workers {
+			if e.waitHoldingWhere(ctx, o, 0, sql) {
+				return o, nil
+			}
 		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return nil, fmt.Errorf("no worker held a lease of the jobs this fault needs within %s", holdWait+holderWait)
+		}
+		sleepCtx(ctx, 25*time.Millisecond)
 	}
-	return w
 }
 
 // Inject injects one fault now and returns its record: whether it provably fired, and
@@ -78,19 +92,38 @@ func (e *Env) Inject(ctx context.Context, f PlannedFault) (rec FaultRecord) {
 	// it to hold one, so the fault tests the fence rather than an idle process.
 	held := int64(-1)
 	switch f.Type {
-	case FaultKill, FaultBlackhole, FaultTerminate, FaultReset:
+	case FaultKill, FaultBlackhole:
+		// Their effect is a lease revoked: take a worker that holds one.
+		o, err := e.holderWhere(ctx, w, sqlHeldLeases)
+		if err != nil {
+			rec.Target = "a worker holding a lease"
+			return e.settle(rec, "", err)
+		}
+		w = o
+		held = e.waitHolding(ctx, w, 0)
+	case FaultTerminate, FaultReset:
 		held = e.waitHolding(ctx, w, holdWait)
 	case FaultPause:
 		// A lease that outlives the pause: a sleep job, whose holder freezes past its
 		// lease and finds it revoked when it wakes (a job caught between its commit
 		// and the reply would finish and leave nothing to revoke). Take the worker
 		// holding one, this one if it does.
-		w = e.holderWhere(ctx, w, sqlHeldSleeping)
+		o, err := e.holderWhere(ctx, w, sqlHeldSleeping)
+		if err != nil {
+			rec.Target = "a worker holding a sleep job"
+			return e.settle(rec, "", err)
+		}
+		w = o
 		held = e.waitHolding(ctx, w, 0)
 	case FaultLinkDown:
 		// A job that runs on through the cut lets the worker find its lease revoked
 		// once the link is back: take the worker holding one, this one if it does.
-		w = e.holderWhere(ctx, w, sqlHeldStubborn)
+		o, err := e.holderWhere(ctx, w, sqlHeldStubborn)
+		if err != nil {
+			rec.Target = "a worker holding a sleep job that ignores cancellation"
+			return e.settle(rec, "", err)
+		}
+		w = o
 		held = e.waitHolding(ctx, w, 0)
 	}
 	rec.Target = fmt.Sprintf("%s (%s, pid %d)", w.Name, w.ID(), w.Proc.Pid())

@@ -3,7 +3,6 @@ package invoice_test
 import (
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/fenceq/fenceq"
 	"github.com/fenceq/fenceq/fenceqtest"
@@ -86,10 +85,10 @@ func TestBillingRunIsIdempotentAcrossRunsAndProcesses(t *testing.T) {
 	}
 
 	b.startWorker(t, workerOpts{id: "worker-A", tax: newTax(t, invoice.SimulatedTaxConfig{}), slots: 8})
-	fenceqtest.WaitFor(t, "every invoice", 30*time.Second, func() bool {
+	fenceqtest.WaitFor(t, "every invoice", patience, func() bool {
 		return b.count(t, `SELECT count(*) FROM invoices WHERE period = $1`, period) == customers
 	})
-	fenceqtest.WaitFor(t, "every invoice job to complete", 10*time.Second, func() bool {
+	fenceqtest.WaitFor(t, "every invoice job to complete", patience, func() bool {
 		return b.count(t, `SELECT count(*) FROM fenceq_jobs WHERE kind = 'invoice' AND state = 'completed'`) == customers
 	})
 	for range 2 {
