@@ -34,7 +34,7 @@ func (e *Env) waitHolding(ctx context.Context, w *Worker, within time.Duration) 
 }
 
 // holderWait bounds how long a fault that needs a lease of a particular job waits for
-// any worker to hold one. Under a loaded machine claims come late, and a fault fired on
+// any worker to hold one. On a loaded machine claims come late, and a fault fired on
 // a worker that holds nothing would test an idle process; the workload's next wave
 // brings new jobs of each kind well within it.
 const holderWait = 2 * time.Minute
