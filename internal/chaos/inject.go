@@ -91,16 +91,12 @@ func (e *Env) Inject(ctx context.Context, f PlannedFault) (rec FaultRecord) {
 	// Faults that take a worker away matter when it holds leases: wait (a little) for
 	// it to hold one, so the fault tests the fence rather than an idle process.
 	held := int64(-1)
+	// need counts the leases of the kind the fault must find held; needs names them.
+	var need, needs string
 	switch f.Type {
 	case FaultKill, FaultBlackhole:
 		// Their effect is a lease revoked: take a worker that holds one.
-		o, err := e.holderWhere(ctx, w, sqlHeldLeases)
-		if err != nil {
-			rec.Target = "a worker holding a lease"
-			return e.settle(rec, "", err)
-		}
-		w = o
-		held = e.waitHolding(ctx, w, 0)
+		need, needs = sqlHeldLeases, "a lease"
 	case FaultTerminate, FaultReset:
 		held = e.waitHolding(ctx, w, holdWait)
 	case FaultPause:
@@ -108,23 +104,19 @@ func (e *Env) Inject(ctx context.Context, f PlannedFault) (rec FaultRecord) {
 		// lease and finds it revoked when it wakes (a job caught between its commit
 		// and the reply would finish and leave nothing to revoke). Take the worker
 		// holding one, this one if it does.
-		o, err := e.holderWhere(ctx, w, sqlHeldSleeping)
-		if err != nil {
-			rec.Target = "a worker holding a sleep job"
-			return e.settle(rec, "", err)
-		}
-		w = o
-		held = e.waitHolding(ctx, w, 0)
+		need, needs = sqlHeldSleeping, "a sleep job"
 	case FaultLinkDown:
 		// A job that runs on through the cut lets the worker find its lease revoked
 		// once the link is back: take the worker holding one, this one if it does.
-		o, err := e.holderWhere(ctx, w, sqlHeldStubborn)
+		need, needs = sqlHeldStubborn, "a sleep job that ignores cancellation"
+	}
+	if need != "" {
+		o, err := e.holderWhere(ctx, w, need)
 		if err != nil {
-			rec.Target = "a worker holding a sleep job that ignores cancellation"
+			rec.Target = "a worker holding " + needs
 			return e.settle(rec, "", err)
 		}
-		w = o
-		held = e.waitHolding(ctx, w, 0)
+		w, held = o, e.waitHolding(ctx, o, 0)
 	}
 	rec.Target = fmt.Sprintf("%s (%s, pid %d)", w.Name, w.ID(), w.Proc.Pid())
 	if held >= 0 {
