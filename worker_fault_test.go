@@ -304,42 +304,50 @@ func TestHeartbeatReportingLostLeaseCancelsContext(t *testing.T) {
 	})
 }
 
-// Test 4: a job that keeps heartbeating keeps its lease however long it runs: lease 1s,
-// job 5s, reaper every 100ms — never revoked, completed at generation 1.
+// Test 4: a job that keeps heartbeating keeps its lease however long it runs: it runs
+// past its first lease's expiry, the reaper runs every 100ms, and it is never revoked:
+// completed at generation 1.
 func TestLongJobThatHeartbeatsIsNeverReaped(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
+	// The lease leaves a heartbeat (every third of it) more than three seconds to land,
+	// so that only heartbeats that do not work, not a loaded machine, lose it. The
+	// handler runs until the test has seen its first lease's expiry pass with the job
+	// still running under that lease, renewed.
+	const lease = 5 * time.Second
 	var firstExpiry atomic.Value
+	outlived := make(chan struct{})
 	fenceq.AddHandler(b.hs, func(ctx context.Context, job *fenceq.Job[resultArgs]) error {
 		firstExpiry.Store(*job.LeaseExpiresAt)
 		select {
-		case <-time.After(5 * time.Second):
+		case <-outlived:
 		case <-ctx.Done():
 			return context.Cause(ctx)
 		}
 		return writeResult(ctx, job)
 	}, nil)
-	cfg := b.fastConfig(time.Second)
+	cfg := b.fastConfig(lease)
 	cfg.ReaperInterval = 100 * time.Millisecond
 	b.startWorker(t, cfg)
 	res, err := fenceq.Enqueue(b.ctx, b.db.Pool, resultArgs{Value: "long"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// While it runs, the lease moves forward past its first expiry plus a whole lease:
-	// proof the heartbeats happen (the job runs 5 s, so it is still running then).
-	fenceqtest.WaitFor(t, "the lease to be renewed past its first expiry + 1s", 4*time.Second, func() bool {
+	fenceqtest.WaitFor(t, "the job to outlive its first lease, renewed", time.Minute, func() bool {
 		mid, err := store.GetJob(b.ctx, b.db.Pool, res.Job.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
-		first, ok := firstExpiry.Load().(time.Time)
-		if mid.State != queue.StateRunning && mid.State != queue.StateAvailable {
-			t.Fatalf("mid-run: job is %s before its 5 s handler could finish", mid.State)
+		if mid.State != queue.StateRunning && mid.State != queue.StateAvailable || mid.LeaseGen > 1 {
+			t.Fatalf("mid-run: job is %s at generation %d before its handler was let finish; want running at 1 (never revoked)",
+				mid.State, mid.LeaseGen)
 		}
-		return ok && mid.State == queue.StateRunning && mid.LeaseExpiresAt != nil && mid.LeaseExpiresAt.After(first.Add(time.Second))
+		first, ok := firstExpiry.Load().(time.Time)
+		return ok && time.Now().After(first) && mid.State == queue.StateRunning && mid.LeaseGen == 1 &&
+			mid.LeaseExpiresAt != nil && mid.LeaseExpiresAt.After(first)
 	})
-	done := fenceqtest.WaitState(t, b.db.Pool, res.Job.ID, queue.StateCompleted, 15*time.Second)
+	close(outlived)
+	done := fenceqtest.WaitState(t, b.db.Pool, res.Job.ID, queue.StateCompleted, time.Minute)
 	if done.LeaseGen != 1 || done.Attempt != 1 {
 		t.Fatalf("completed at gen %d attempt %d; want 1 and 1 (never revoked)", done.LeaseGen, done.Attempt)
 	}
