@@ -253,3 +253,58 @@ func notCutByLease(j *queue.JobRow) []queue.AttemptError {
 	}
 	return out
 }
+
+// undelivered describes the outbox rows not delivered, each with its delivery job, for
+// a failure message.
+func (b *testBundle) undelivered(t *testing.T) string {
+	t.Helper()
+	rows, err := b.db.Pool.Query(context.Background(), `
+		SELECT format('row %s (%s) %s, attempt %s, last error %s; delivery job %s: %s, attempt %s of %s, errors %s',
+			o.id, o.dedupe_key, o.state, o.attempt, COALESCE(o.last_error, 'none'), COALESCE(o.delivery_job_id::text, 'none'),
+			COALESCE(j.state::text, 'not found'), j.attempt, j.max_attempts, COALESCE(j.errors::text, 'none'))
+		FROM fenceq_outbox o LEFT JOIN fenceq_jobs j ON j.id = o.delivery_job_id
+		WHERE o.state <> 'delivered' ORDER BY o.id`)
+	if err != nil {
+		return "cannot read them: " + err.Error()
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return "cannot read them: " + err.Error()
+	}
+	return strings.Join(lines, "\n")
+}
+
+// retryExhaustedEmails is called once every job has ended while some emails are not
+// delivered. It retries (outbox.Retry, as an operator would) each undelivered row
+// whose delivery job was discarded after using every attempt, and returns how many it
+// retried. Any other undelivered row fails the test with the rows described: a
+// delivery job that ended before its last attempt without delivering is a defect.
+func (b *testBundle) retryExhaustedEmails(t *testing.T) int64 {
+	t.Helper()
+	ids, err := pgx.CollectRows(b.query(t, `
+		SELECT o.id FROM fenceq_outbox o JOIN fenceq_jobs j ON j.id = o.delivery_job_id
+		WHERE o.state <> 'delivered' AND j.state = 'discarded' AND j.attempt >= j.max_attempts`), pgx.RowTo[int64])
+	if err != nil {
+		t.Fatalf("undelivered emails: %v", err)
+	}
+	if len(ids) == 0 {
+		t.Fatalf("every job ended, but emails are undelivered without their delivery job using up its attempts:\n%s",
+			b.undelivered(t))
+	}
+	t.Logf("retrying emails whose delivery used up its attempts:\n%s", b.undelivered(t))
+	for _, id := range ids {
+		if _, err := outbox.Retry(b.ctx, b.db.Pool, id); err != nil {
+			t.Fatalf("retry outbox row %d: %v", id, err)
+		}
+	}
+	return int64(len(ids))
+}
+
+func (b *testBundle) query(t *testing.T, sql string, args ...any) pgx.Rows {
+	t.Helper()
+	rows, err := b.db.Pool.Query(b.ctx, sql, args...)
+	if err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return rows
+}
