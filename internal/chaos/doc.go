@@ -18,7 +18,10 @@
 //     latency at the worker's proxy, commit-drop (the proxy lets a COMMIT through and
 //     drops the reply, so the outcome is unknown to the worker), and pg-restart
 //     (pg_ctl restart -m immediate, only when the harness runs its own throwaway
-//     cluster). Each injection records proof that it happened.
+//     cluster). Each injection records proof that it happened. A fault whose effect
+//     is a revoked lease (pause, kill, blackhole, link-down) waits for a worker to hold
+//     a lease of the kind it needs and fires on that worker; when none comes to hold
+//     one, the fault is recorded as not fired, with the reason.
 //   - Lets the work settle, stops the workers, runs internal/verify's invariants and
 //     reports: jobs by state, faults scheduled and fired by type, stale writes
 //     rejected, leases that expired while their holder lived, duplicates, lost work,
