@@ -281,9 +281,13 @@ func (b *testBundle) undelivered(t *testing.T) string {
 // delivery job that ended before its last attempt without delivering is a defect.
 func (b *testBundle) retryExhaustedEmails(t *testing.T) int64 {
 	t.Helper()
-	ids, err := pgx.CollectRows(b.query(t, `
+	rows, err := b.db.Pool.Query(b.ctx, `
 		SELECT o.id FROM fenceq_outbox o JOIN fenceq_jobs j ON j.id = o.delivery_job_id
-		WHERE o.state <> 'delivered' AND j.state = 'discarded' AND j.attempt >= j.max_attempts`), pgx.RowTo[int64])
+		WHERE o.state <> 'delivered' AND j.state = 'discarded' AND j.attempt >= j.max_attempts`)
+	if err != nil {
+		t.Fatalf("undelivered emails: %v", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 	if err != nil {
 		t.Fatalf("undelivered emails: %v", err)
 	}
@@ -298,13 +302,4 @@ func (b *testBundle) retryExhaustedEmails(t *testing.T) int64 {
 		}
 	}
 	return int64(len(ids))
-}
-
-func (b *testBundle) query(t *testing.T, sql string, args ...any) pgx.Rows {
-	t.Helper()
-	rows, err := b.db.Pool.Query(b.ctx, sql, args...)
-	if err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-	return rows
 }
