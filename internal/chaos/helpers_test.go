@@ -3,6 +3,7 @@ package chaos
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"strings"
@@ -178,7 +179,23 @@ func faultSummary(rep *Report, f FaultType) FaultSummary {
 func requirePass(t *testing.T, rep *Report) {
 	t.Helper()
 	if !rep.Pass {
-		t.Fatalf("chaos run failed: %s", strings.Join(rep.Failures, "; "))
+		// The report was logged above; the jobs behind the failure are repeated here, at
+		// the end of the output, where a truncated log still shows them.
+		var behind []string
+		for _, j := range rep.Unfinished {
+			behind = append(behind, "unfinished "+j)
+		}
+		for _, j := range rep.Discarded {
+			behind = append(behind, "discarded "+j)
+		}
+		if rep.Verify != nil {
+			for _, c := range rep.Verify.Checks {
+				if !c.OK() && c.Skipped == "" {
+					behind = append(behind, fmt.Sprintf("verify %s: %d: %s", c.Name, c.Violations, strings.Join(c.Examples, "; ")))
+				}
+			}
+		}
+		t.Fatalf("chaos run failed: %s\n%s", strings.Join(rep.Failures, "; "), strings.Join(behind, "\n"))
 	}
 	if rep.Duplicates != 0 || rep.Lost != 0 {
 		t.Fatalf("duplicates %d, lost %d; want 0 and 0", rep.Duplicates, rep.Lost)

@@ -375,10 +375,10 @@ func (r *Report) summarizeFaults(in collectInput) {
 func (r *Report) judge() {
 	r.Failures = nil
 	if r.Duplicates > 0 {
-		r.Failures = append(r.Failures, fmt.Sprintf("%d duplicates", r.Duplicates))
+		r.Failures = append(r.Failures, fmt.Sprintf("%d duplicates %s", r.Duplicates, formatNonZero(r.DuplicateDetail)))
 	}
 	if r.Lost > 0 {
-		r.Failures = append(r.Failures, fmt.Sprintf("%d lost", r.Lost))
+		r.Failures = append(r.Failures, fmt.Sprintf("%d lost %s", r.Lost, formatNonZero(r.LostDetail)))
 	}
 	if r.Mode == "fenced" && r.Takeovers > 0 {
 		r.Failures = append(r.Failures, fmt.Sprintf("%d claims of a job still running under another lease", r.Takeovers))
@@ -617,6 +617,17 @@ func formatCounts(m map[string]int64) string {
 		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
 	}
 	return "(" + strings.Join(parts, ", ") + ")"
+}
+
+// formatNonZero is formatCounts of the non-zero counts only: what a failure names.
+func formatNonZero(m map[string]int64) string {
+	nz := map[string]int64{}
+	for k, n := range m {
+		if n != 0 {
+			nz[k] = n
+		}
+	}
+	return formatCounts(nz)
 }
 
 func queryStrings(ctx context.Context, db queue.DBTX, sql string, args ...any) ([]string, error) {
