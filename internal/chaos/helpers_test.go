@@ -188,6 +188,9 @@ func requirePass(t *testing.T, rep *Report) {
 		for _, j := range rep.Discarded {
 			behind = append(behind, "discarded "+j)
 		}
+		for _, m := range rep.Missing {
+			behind = append(behind, "missing: "+m)
+		}
 		if rep.Verify != nil {
 			for _, c := range rep.Verify.Checks {
 				if !c.OK() && c.Skipped == "" {

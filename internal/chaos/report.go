@@ -89,6 +89,8 @@ type EmailCounts struct {
 	// distinct messages beyond the first: what a customer sees as a duplicate. Each
 	// recipient of the workload stands for one invoice or one order.
 	SurplusPerRecipient int64 `json:"surplus_per_recipient"`
+	// notReceived names (up to 10) the rows behind NotReceived, for Report.Missing.
+	notReceived []string
 }
 
 // Report is the outcome of a run.
@@ -157,6 +159,10 @@ type Report struct {
 	// Unfinished and Discarded describe (up to 10) jobs behind a non-zero lost count.
 	Unfinished []string `json:"unfinished,omitempty"`
 	Discarded  []string `json:"discarded,omitempty"`
+	// Missing describes (up to 10 of each) the rest behind a non-zero lost count:
+	// revoked leases never run again, missing invoices and orders, undelivered outbox
+	// rows and emails not received.
+	Missing []string `json:"missing,omitempty"`
 
 	// Failover is what a failover run proved on the promoted standby.
 	Failover *FailoverReport `json:"failover,omitempty"`
@@ -331,6 +337,9 @@ func collect(ctx context.Context, in collectInput) (*Report, error) {
 	if r.Discarded, err = queryStrings(ctx, db, sqlDiscardedDetail, 10); err != nil {
 		return nil, fmt.Errorf("chaos: report: discarded jobs: %w", err)
 	}
+	if err := r.describeMissing(ctx, db, in.wl); err != nil {
+		return nil, err
+	}
 	if in.wl != nil && in.wl.cfg.Flow {
 		if r.Flow, err = checkFlow(ctx, db, !e.cfg.Naive); err != nil {
 			return nil, err
@@ -345,6 +354,37 @@ func collect(ctx context.Context, in collectInput) (*Report, error) {
 	}
 	r.judge()
 	return r, nil
+}
+
+// describeMissing fills Missing with the rows behind each non-zero lost count that
+// Unfinished, Discarded and the verify checks do not already name.
+func (r *Report) describeMissing(ctx context.Context, db queue.DBTX, wl *Workload) error {
+	type detail struct {
+		count int64
+		sql   string
+		args  []any
+	}
+	details := []detail{
+		{r.LostDetail["revoked_never_rerun"], sqlNeverRerunDetail, []any{10}},
+		{r.LostDetail["outbox_undelivered"], sqlUndeliveredDetail, []any{10}},
+	}
+	if wl != nil {
+		details = append(details,
+			detail{r.Invoices.Missing, sqlMissingInvoicesDetail, []any{[]string{wl.cfg.Period}, 10}},
+			detail{r.Orders.Missing, sqlMissingOrdersDetail, []any{wl.Keys(), 10}})
+	}
+	for _, d := range details {
+		if d.count == 0 {
+			continue
+		}
+		lines, err := queryStrings(ctx, db, d.sql, d.args...)
+		if err != nil {
+			return fmt.Errorf("chaos: report: describe what was lost: %w", err)
+		}
+		r.Missing = append(r.Missing, lines...)
+	}
+	r.Missing = append(r.Missing, r.Emails.notReceived...)
+	return nil
 }
 
 func (r *Report) summarizeFaults(in collectInput) {
@@ -447,6 +487,10 @@ func (r *Report) countEmails(ctx context.Context, e *Env) error {
 	for _, k := range keys {
 		if seen[outbox.DeliveryKey(k)] == 0 {
 			r.Emails.NotReceived++
+			if len(r.Emails.notReceived) < 10 {
+				r.Emails.notReceived = append(r.Emails.notReceived,
+					fmt.Sprintf("outbox row with dedupe key %s: delivered, but no mail file holds its email", k))
+			}
 		}
 	}
 	return nil
@@ -559,6 +603,9 @@ func (r *Report) WriteText(w io.Writer) error {
 	}
 	for _, j := range r.Discarded {
 		p("  discarded\t%s", j)
+	}
+	for _, m := range r.Missing {
+		p("  missing\t%s", m)
 	}
 	for _, c := range r.Crashes {
 		p("crash\t%s", c)

@@ -273,6 +273,38 @@ FROM fenceq_jobs
 WHERE state NOT IN ('completed', 'discarded', 'cancelled') AND NOT (kind = ANY($1::text[]))
 ORDER BY id LIMIT $2`
 
+// sqlNeverRerunDetail describes up to $1 jobs whose lease was revoked and that were
+// not claimed again and are not final (the rows behind sqlRevokedWaits's third count).
+const sqlNeverRerunDetail = `
+SELECT format('job %s (%s) %s: lease generation %s revoked at %s, not claimed again', j.id, j.kind, j.state,
+              e.lease_gen, e.at)
+FROM fenceq_lease_events e JOIN fenceq_jobs j ON j.id = e.job_id
+WHERE e.kind = 'revoked' AND j.state NOT IN ('completed', 'discarded', 'cancelled')
+  AND NOT EXISTS (SELECT 1 FROM chaos_lease_log l
+                  WHERE l.job_id = e.job_id AND l.state = 'running' AND l.at >= e.at
+                    AND l.lease_gen > e.lease_gen)
+ORDER BY e.job_id LIMIT $1`
+
+// sqlMissingInvoicesDetail names up to $2 (customer, period) pairs of periods $1
+// without an invoice.
+const sqlMissingInvoicesDetail = `
+SELECT format('customer %s: no invoice for %s', c.id, p.period)
+FROM customers c CROSS JOIN unnest($1::text[]) AS p(period)
+WHERE NOT EXISTS (SELECT 1 FROM invoices i WHERE i.customer_id = c.id AND i.period = p.period)
+ORDER BY c.id LIMIT $2`
+
+// sqlMissingOrdersDetail names up to $2 idempotency keys of $1 without an order.
+const sqlMissingOrdersDetail = `
+SELECT format('idempotency key %s: no order', k.key) FROM unnest($1::text[]) AS k(key)
+WHERE NOT EXISTS (SELECT 1 FROM orders o WHERE o.idempotency_key = k.key)
+ORDER BY k.key LIMIT $2`
+
+// sqlUndeliveredDetail describes up to $1 outbox rows that are pending or failed.
+const sqlUndeliveredDetail = `
+SELECT format('outbox row %s (%s) %s after %s attempts, delivery job %s: %s', id, dedupe_key, state, attempt,
+              COALESCE(delivery_job_id::text, 'none'), COALESCE(left(last_error, 200), 'no error recorded'))
+FROM fenceq_outbox WHERE state IN ('pending', 'failed') ORDER BY id LIMIT $1`
+
 // sqlDiscardedDetail describes up to $1 discarded or cancelled jobs.
 const sqlDiscardedDetail = `
 SELECT format('job %s (%s) %s after %s attempts: %s', id, kind, state, attempt,
