@@ -190,8 +190,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	return rep, nil
 }
 
-// waitSettled waits until every job is final and no outbox row is pending, or ctx
-// ends. Database errors (a restart still in progress) are retried.
+// waitSettled waits until every job is final (a periodic job only once it is due, see
+// sqlUnfinishedJobs) and no outbox row is pending, or ctx ends. Database errors (a
+// restart still in progress) are retried.
 func (e *Env) waitSettled(ctx context.Context) {
 	for {
 		var jobs, outbox int64

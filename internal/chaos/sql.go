@@ -46,10 +46,15 @@ WHERE application_name = $1 AND pid <> pg_backend_pid()`
 
 const sqlPostmasterStart = `SELECT pg_postmaster_start_time()`
 
-// sqlUnfinishedJobs counts jobs not final, except the kinds $1 (periodic ones).
+// sqlUnfinishedJobs counts the jobs the run waits for before it stops the workers: every
+// job not final, except a job of the kinds $1 (periodic ones) that is not due yet. A
+// periodic job that is due or running is waited for like any other, so that one whose
+// lease was revoked has run again before the report looks for revoked leases never run
+// again (sqlRevokedWaits).
 const sqlUnfinishedJobs = `
 SELECT count(*) FROM fenceq_jobs
-WHERE state NOT IN ('completed', 'discarded', 'cancelled') AND NOT (kind = ANY($1::text[]))`
+WHERE state NOT IN ('completed', 'discarded', 'cancelled')
+  AND NOT (kind = ANY($1::text[]) AND state IN ('scheduled', 'retryable') AND run_at > now())`
 
 // sqlHeldLeases counts the running jobs a worker holds.
 const sqlHeldLeases = `SELECT count(*) FROM fenceq_jobs WHERE state = 'running' AND leased_by = $1`
