@@ -128,6 +128,12 @@ const sqlJobsByKindState = `SELECT kind, state, count(*) FROM fenceq_jobs GROUP 
 
 const sqlLeaseEventCounts = `SELECT kind, count(*) FROM fenceq_lease_events GROUP BY kind`
 
+// claimedAfterRevocation is the lease log's claims of the job of revocation r (a lease
+// event with job_id, lease_gen and at): state running, at a higher generation, from
+// the revocation on.
+const claimedAfterRevocation = `chaos_lease_log l
+    WHERE l.job_id = r.job_id AND l.state = 'running' AND l.at >= r.at AND l.lease_gen > r.lease_gen`
+
 // sqlRevokedWaits: for every revocation, the time until the job was next claimed (a
 // lease log row in state running with a higher generation or attempt), or until now
 // when it was not claimed again and is not final.
@@ -136,9 +142,7 @@ WITH rev AS (
     SELECT e.job_id, e.lease_gen, e.at FROM fenceq_lease_events e WHERE e.kind = 'revoked'),
 nxt AS (
     SELECT r.job_id, r.at,
-           (SELECT min(l.at) FROM chaos_lease_log l
-            WHERE l.job_id = r.job_id AND l.state = 'running' AND l.at >= r.at
-              AND l.lease_gen > r.lease_gen) AS claimed_at
+           (SELECT min(l.at) FROM ` + claimedAfterRevocation + `) AS claimed_at
     FROM rev r)
 SELECT count(*) FILTER (WHERE claimed_at IS NOT NULL),
        COALESCE(extract(epoch FROM max(claimed_at - at)), 0)::float8,
@@ -164,16 +168,20 @@ const sqlInvoiceCounts = `SELECT count(*), count(DISTINCT (customer_id, period))
 
 const sqlOrderCounts = `SELECT count(*), count(DISTINCT idempotency_key) FROM orders`
 
-// sqlMissingInvoices counts (customer, period) pairs billed by the workload without an
-// invoice. $1 periods.
-const sqlMissingInvoices = `
-SELECT count(*) FROM customers c CROSS JOIN unnest($1::text[]) AS p(period)
+// missingInvoices is the (customer, period) pairs billed by the workload, of periods $1,
+// without an invoice.
+const missingInvoices = `customers c CROSS JOIN unnest($1::text[]) AS p(period)
 WHERE NOT EXISTS (SELECT 1 FROM invoices i WHERE i.customer_id = c.id AND i.period = p.period)`
 
-// sqlMissingOrders counts idempotency keys of the workload without an order. $1 keys.
-const sqlMissingOrders = `
-SELECT count(*) FROM unnest($1::text[]) AS k(key)
+// sqlMissingInvoices counts missingInvoices.
+const sqlMissingInvoices = `SELECT count(*) FROM ` + missingInvoices
+
+// missingOrders is the workload's idempotency keys, $1, without an order.
+const missingOrders = `unnest($1::text[]) AS k(key)
 WHERE NOT EXISTS (SELECT 1 FROM orders o WHERE o.idempotency_key = k.key)`
+
+// sqlMissingOrders counts missingOrders.
+const sqlMissingOrders = `SELECT count(*) FROM ` + missingOrders
 
 const sqlOutboxCounts = `
 SELECT count(*), count(*) FILTER (WHERE state = 'delivered'), count(*) FILTER (WHERE state = 'failed')
@@ -282,26 +290,20 @@ ORDER BY id LIMIT $2`
 // not claimed again and are not final (the rows behind sqlRevokedWaits's third count).
 const sqlNeverRerunDetail = `
 SELECT format('job %s (%s) %s: lease generation %s revoked at %s, not claimed again', j.id, j.kind, j.state,
-              e.lease_gen, e.at)
-FROM fenceq_lease_events e JOIN fenceq_jobs j ON j.id = e.job_id
-WHERE e.kind = 'revoked' AND j.state NOT IN ('completed', 'discarded', 'cancelled')
-  AND NOT EXISTS (SELECT 1 FROM chaos_lease_log l
-                  WHERE l.job_id = e.job_id AND l.state = 'running' AND l.at >= e.at
-                    AND l.lease_gen > e.lease_gen)
-ORDER BY e.job_id LIMIT $1`
+              r.lease_gen, r.at)
+FROM fenceq_lease_events r JOIN fenceq_jobs j ON j.id = r.job_id
+WHERE r.kind = 'revoked' AND j.state NOT IN ('completed', 'discarded', 'cancelled')
+  AND NOT EXISTS (SELECT 1 FROM ` + claimedAfterRevocation + `)
+ORDER BY r.job_id LIMIT $1`
 
-// sqlMissingInvoicesDetail names up to $2 (customer, period) pairs of periods $1
-// without an invoice.
+// sqlMissingInvoicesDetail names up to $2 of missingInvoices.
 const sqlMissingInvoicesDetail = `
-SELECT format('customer %s: no invoice for %s', c.id, p.period)
-FROM customers c CROSS JOIN unnest($1::text[]) AS p(period)
-WHERE NOT EXISTS (SELECT 1 FROM invoices i WHERE i.customer_id = c.id AND i.period = p.period)
+SELECT format('customer %s: no invoice for %s', c.id, p.period) FROM ` + missingInvoices + `
 ORDER BY c.id LIMIT $2`
 
-// sqlMissingOrdersDetail names up to $2 idempotency keys of $1 without an order.
+// sqlMissingOrdersDetail names up to $2 of missingOrders.
 const sqlMissingOrdersDetail = `
-SELECT format('idempotency key %s: no order', k.key) FROM unnest($1::text[]) AS k(key)
-WHERE NOT EXISTS (SELECT 1 FROM orders o WHERE o.idempotency_key = k.key)
+SELECT format('idempotency key %s: no order', k.key) FROM ` + missingOrders + `
 ORDER BY k.key LIMIT $2`
 
 // sqlUndeliveredDetail describes up to $1 outbox rows that are pending or failed.
